@@ -1,0 +1,187 @@
+package airlock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/queuepolicy"
+	"github.com/airlock-run/airlock/limits"
+	"github.com/airlock-run/airlock/tasks"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// defaultQueue is the queue of a spec that names none, as tasks.Prepare
+// fills it in.
+const defaultQueue = "default"
+
+// Client enqueues specs and waits for their run records. It is safe for
+// concurrent use.
+type Client struct {
+	rdb   redis.UniversalClient
+	owned bool // Dial opened rdb: Close closes it
+	asynq *asynq.Client
+	insp  *asynq.Inspector
+	opts  ClientOptions
+}
+
+// NewClient returns a Client that uses rdb, which the caller keeps and
+// closes after the Client.
+func NewClient(rdb redis.UniversalClient, opts ClientOptions) *Client {
+	return &Client{
+		rdb:   rdb,
+		asynq: asynq.NewClientFromRedisClient(rdb),
+		insp:  asynq.NewInspectorFromRedisClient(rdb),
+		opts:  opts.withDefaults(),
+	}
+}
+
+// Dial returns a Client of the Redis at redisURL
+// ("redis://[:password@]host:port/db", or rediss:// for TLS). It does not
+// connect: the first call does.
+func Dial(redisURL string, opts ClientOptions) (*Client, error) {
+	o, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: Redis URL: %w (want redis://host:port/db)", err)
+	}
+	c := NewClient(redis.NewClient(o), opts)
+	c.owned = true
+	return c, nil
+}
+
+// Close closes the Redis connection if Dial opened it; a Client from
+// NewClient leaves the caller's connection open.
+func (c *Client) Close() error {
+	if c.owned {
+		return c.rdb.Close()
+	}
+	return nil
+}
+
+// Enqueued is what Enqueue did with a spec.
+type Enqueued struct {
+	TaskID string // asynq task id
+	Queue  string
+	RunID  string // run_id of the task in the queue
+	// Duplicate is true when the spec's idempotency_key matched a task
+	// already in the queue: nothing was enqueued, and TaskID and RunID are
+	// those of the existing task.
+	Duplicate bool
+}
+
+// Enqueue checks spec and enqueues it as a task for a worker of its queue.
+//
+// The spec is prepared in place (tasks.Spec.Prepare) against the policy the
+// queue's workers published, or limits.DefaultPolicy when none did: on
+// return it has its run_id, queue, timeout, max_retry and limits filled in.
+// A spec that breaks the policy or is larger than ClientOptions.MaxPayload
+// gives a *tasks.FieldError naming the field (tasks.IsInvalid reports it).
+//
+// asynq's deadline for the task is the spec's timeout plus
+// ClientOptions.Grace, rounded up to a whole second, which is what asynq
+// stores. A spec with an idempotency_key gets a task id derived from its
+// queue and key; when that task exists, Enqueue returns it with Duplicate
+// set and a nil error.
+func (c *Client) Enqueue(ctx context.Context, spec *tasks.Spec) (Enqueued, error) {
+	if spec == nil {
+		return Enqueued{}, errors.New("airlock: Enqueue of a nil spec")
+	}
+	queue := spec.Queue
+	if queue == "" {
+		queue = defaultQueue
+	}
+	p, err := c.loadPolicy(ctx, queue)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	if err := spec.Prepare(p); err != nil {
+		return Enqueued{}, err
+	}
+	payload, err := spec.Encode(c.opts.MaxPayload)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	opts := []asynq.Option{
+		asynq.Queue(spec.Queue),
+		asynq.MaxRetry(*spec.MaxRetry),
+		asynq.Timeout(ceilSecond(time.Duration(spec.Timeout) + c.opts.Grace)),
+		asynq.Retention(c.opts.Retention),
+	}
+	if spec.IdempotencyKey == "" {
+		info, err := c.asynq.EnqueueContext(ctx, asynq.NewTask(tasks.TypeRun, payload), opts...)
+		if err != nil {
+			return Enqueued{}, fmt.Errorf("airlock: enqueueing run %s in queue %q: %w", spec.RunID, spec.Queue, err)
+		}
+		return Enqueued{TaskID: info.ID, Queue: spec.Queue, RunID: spec.RunID}, nil
+	}
+	return c.enqueueOnce(ctx, spec, payload, opts)
+}
+
+// enqueueOnce enqueues a spec that has an idempotency key under the task id
+// derived from it, or reports the task that already has that id.
+func (c *Client) enqueueOnce(ctx context.Context, spec *tasks.Spec, payload []byte, opts []asynq.Option) (Enqueued, error) {
+	id := IdempotentTaskID(spec.Queue, spec.IdempotencyKey)
+	opts = append(opts, asynq.TaskID(id))
+	// The existing task may go (its retention ends) between the conflict
+	// and the look-up; then enqueueing again is right.
+	for attempt := 0; ; attempt++ {
+		_, err := c.asynq.EnqueueContext(ctx, asynq.NewTask(tasks.TypeRun, payload), opts...)
+		if err == nil {
+			return Enqueued{TaskID: id, Queue: spec.Queue, RunID: spec.RunID}, nil
+		}
+		if !errors.Is(err, asynq.ErrTaskIDConflict) {
+			return Enqueued{}, fmt.Errorf("airlock: enqueueing run %s in queue %q: %w", spec.RunID, spec.Queue, err)
+		}
+		info, err := c.insp.GetTaskInfo(spec.Queue, id)
+		if (errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound)) && attempt < 2 {
+			continue
+		}
+		if err != nil {
+			return Enqueued{}, fmt.Errorf("airlock: reading task %s, the earlier task with idempotency_key %q: %w", id, spec.IdempotencyKey, err)
+		}
+		return Enqueued{TaskID: id, Queue: spec.Queue, RunID: payloadRunID(info.Payload), Duplicate: true}, nil
+	}
+}
+
+// IdempotentTaskID is the task id of a spec with idempotency key key in
+// queue: "ik-" and 40 hex digits of the SHA-256 of queue, NUL, key.
+func IdempotentTaskID(queue, key string) string {
+	sum := sha256.Sum256([]byte(queue + "\x00" + key))
+	return "ik-" + hex.EncodeToString(sum[:])[:40]
+}
+
+// loadPolicy returns the policy the queue's workers published, or the
+// default policy.
+func (c *Client) loadPolicy(ctx context.Context, queue string) (limits.Policy, error) {
+	p, ok, err := queuepolicy.Load(ctx, c.rdb, queue)
+	if err != nil {
+		return limits.Policy{}, fmt.Errorf("airlock: %w", err)
+	}
+	if !ok {
+		return limits.DefaultPolicy(), nil
+	}
+	return p, nil
+}
+
+// ceilSecond rounds d up to a whole second: asynq v0.26 stores a task's
+// timeout in whole seconds, dropping the fraction.
+func ceilSecond(d time.Duration) time.Duration {
+	if r := d % time.Second; r != 0 {
+		d += time.Second - r
+	}
+	return d
+}
+
+// payloadRunID returns the run_id of a task payload, "" when it has none.
+func payloadRunID(payload []byte) string {
+	var s struct {
+		RunID string `json:"run_id"`
+	}
+	_ = json.Unmarshal(payload, &s)
+	return s.RunID
+}

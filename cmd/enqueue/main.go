@@ -1,0 +1,24 @@
+// Command enqueue checks a task spec and enqueues it for Airlock's workers,
+// optionally waiting for the run record:
+//
+//	enqueue [flags] SPEC.json|-
+//
+// Without -wait it prints the task id. With -wait it prints the run record
+// as one JSON object once the task reaches a final state. It exits 0 when
+// the task was enqueued (or, with -wait, finished, whatever its verdict), 2
+// when the spec was rejected, 1 on any other error.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

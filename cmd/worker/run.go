@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/devredis"
+	"github.com/airlock-run/airlock/limits"
+	"github.com/airlock-run/airlock/tasks"
+	"github.com/airlock-run/airlock/worker"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// options are the worker's flags.
+type options struct {
+	redisURL, queues, root, limitsDefault, limitsMax, isolation string
+	uidRange, uidLockDir, logFormat, logLevel, devAddr          string
+	concurrency, maxPayload                                     int
+	timeout, maxTimeout, checkInterval, shutdownTimeout, grace  time.Duration
+	allowNetwork, landlock, dev                                 bool
+}
+
+// Run parses args and runs the worker until ctx ends.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o options
+	def := limits.DefaultPolicy()
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env REDIS_URL)")
+	fs.IntVar(&o.concurrency, "concurrency", 2, "tasks run at once (one slot, uid and helper each)")
+	fs.StringVar(&o.queues, "queues", "default=1", "queues and priorities: name=priority,...")
+	fs.StringVar(&o.root, "workspace-root", "", "directory of per-task workspaces (default /var/lib/airlock/workspaces as root)")
+	fs.StringVar(&o.limitsDefault, "limits", "", "default limits of a step: key=value,... (built in: "+def.Default.String()+", lowered to -max-limits)")
+	fs.StringVar(&o.limitsMax, "max-limits", def.Max.String(), "maximum limits a spec may ask for: key=value,...")
+	fs.DurationVar(&o.timeout, "timeout", time.Duration(def.DefaultTimeout), "default task timeout")
+	fs.DurationVar(&o.maxTimeout, "max-timeout", time.Duration(def.MaxTimeout), "maximum task timeout a spec may ask for")
+	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let specs that ask for it use the host network")
+	fs.StringVar(&o.isolation, "isolation", worker.Strict, "strict: refuse to start when a tier is missing; best-effort: warn and run")
+	fs.StringVar(&o.uidRange, "uid-range", "200000-209999", "uids for the slots (each slot takes a free one)")
+	fs.StringVar(&o.uidLockDir, "uid-lock-dir", "/run/airlock/uids", "lock files that keep two workers off one uid")
+	fs.BoolVar(&o.landlock, "landlock", true, "confine steps' writes with Landlock")
+	fs.IntVar(&o.maxPayload, "max-payload", tasks.DefaultMaxPayload, "largest spec accepted, bytes")
+	fs.DurationVar(&o.checkInterval, "task-check-interval", 10*time.Millisecond, "idle queue poll interval (asynq's default of 1s makes idle latency ~600ms)")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 3*time.Second, "wait on shutdown before unfinished tasks are handed back")
+	fs.DurationVar(&o.grace, "grace", 500*time.Millisecond, "time between SIGTERM and SIGKILL when a step is stopped")
+	fs.StringVar(&o.logFormat, "log-format", "json", "json or console")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn, error")
+	fs.BoolVar(&o.dev, "dev", false, "dev mode: embedded Redis, best-effort isolation, a demo task")
+	fs.StringVar(&o.devAddr, "dev-addr", "127.0.0.1:6379", "address of the embedded Redis in dev mode")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see -h)", fs.Arg(0))
+	}
+	log, err := newLogger(o.logFormat, o.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if o.dev {
+		srv, err := devredis.Start(o.devAddr)
+		if errors.Is(err, devredis.ErrAddrInUse) && !explicit["dev-addr"] {
+			log.Warn().Str("addr", o.devAddr).Msg("address in use; the embedded Redis takes a free port instead")
+			srv, err = devredis.Start("127.0.0.1:0")
+		}
+		if err != nil {
+			return fmt.Errorf("-dev-addr: %w", err)
+		}
+		defer srv.Close()
+		o.redisURL = srv.URL()
+		if !explicit["isolation"] {
+			o.isolation = worker.BestEffort
+		}
+		log.Info().Str("redis", o.redisURL).Msg("dev mode: embedded Redis; enqueue with -redis " + o.redisURL)
+	}
+	cfg, err := o.config(log)
+	if err != nil {
+		return err
+	}
+	ropt, err := redis.ParseURL(o.redisURL)
+	if err != nil {
+		return fmt.Errorf("-redis: %w (want redis://[user:password@]host:port/db)", err)
+	}
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	cfg.Redis = rdb
+	w, err := worker.New(cfg)
+	if err != nil {
+		return err
+	}
+	if o.dev {
+		go demo(ctx, rdb, stdout, log)
+	}
+	return w.Run(ctx)
+}
+
+func (o *options) config(log zerolog.Logger) (worker.Config, error) {
+	def, err := limits.Parse("-limits", o.limitsDefault)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	max, err := limits.Parse("-max-limits", o.limitsMax)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	base := limits.DefaultPolicy()
+	max = max.Merge(base.Max)
+	// Built-in defaults above a lowered maximum follow it down; explicit
+	// -limits above -max-limits are an error (Policy.Check).
+	pol := limits.Policy{
+		Default: def.Merge(base.Default.Clamp(max)), Max: max,
+		DefaultTimeout: limits.Duration(min(o.timeout, o.maxTimeout)), MaxTimeout: limits.Duration(o.maxTimeout),
+		AllowNetwork: o.allowNetwork,
+	}
+	queues, err := parseQueues(o.queues)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	first, count, err := parseRange(o.uidRange)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	landlock := o.landlock
+	return worker.Config{
+		Concurrency: o.concurrency, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
+		Isolation: o.isolation, UIDFirst: first, UIDCount: count, UIDLockDir: o.uidLockDir,
+		Landlock: &landlock, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
+		ShutdownTimeout: o.shutdownTimeout, Grace: o.grace, Logger: log,
+	}, nil
+}
+
+func parseQueues(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, kv := range strings.Split(s, ",") {
+		name, prio, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		p := 1
+		if ok {
+			n, err := strconv.Atoi(prio)
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("-queues: priority of %q must be a positive integer", name)
+			}
+			p = n
+		}
+		if name == "" {
+			return nil, fmt.Errorf("-queues: empty queue name in %q (want name=priority,...)", s)
+		}
+		out[name] = p
+	}
+	return out, nil
+}
+
+func parseRange(s string) (int, int, error) {
+	a, b, ok := strings.Cut(s, "-")
+	first, err1 := strconv.Atoi(a)
+	last, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || first < 1 || last < first {
+		return 0, 0, fmt.Errorf("-uid-range: %q is not FIRST-LAST with 0 < FIRST <= LAST", s)
+	}
+	return first, last - first + 1, nil
+}
+
+func newLogger(format, level string, w io.Writer) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		return zerolog.Logger{}, fmt.Errorf("-log-level: %w", err)
+	}
+	switch format {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	default:
+		return zerolog.Logger{}, fmt.Errorf("-log-format: %q is not json or console", format)
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// demoSpec is the task dev mode runs at start: a script that reads an input
+// file and writes a JSON result.
+const demoSpec = `{
+  "version": 1,
+  "run_id": "demo",
+  "files": {
+    "in/words.txt": "airlock runs agent actions as bounded jobs\n",
+    "count.sh": "set -eu\nwords=$(wc -w < in/words.txt)\nprintf '{\"words\": %d}\\n' \"$words\" > out/result.json\necho \"counted $words words\"\n"
+  },
+  "steps": [
+    {"name": "count", "run": ["sh", "count.sh"], "timeout": "10s"}
+  ],
+  "limits": {"memory": "256MiB", "cpu_time": "5s"},
+  "output": {"result": "out/result.json"}
+}`
+
+// demo enqueues demoSpec, waits for its record and prints it.
+func demo(ctx context.Context, rdb redis.UniversalClient, stdout io.Writer, log zerolog.Logger) {
+	c := airlock.NewClient(rdb, airlock.ClientOptions{})
+	spec, err := tasks.Decode([]byte(demoSpec))
+	if err == nil {
+		var e airlock.Enqueued
+		e, err = c.Enqueue(ctx, spec)
+		if err == nil {
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			rec, werr := c.Wait(wctx, e.Queue, e.TaskID)
+			if err = werr; err == nil {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				_ = enc.Encode(rec)
+				log.Info().Str("state", rec.State).Str("verdict", rec.Verdict).
+					Msg("demo task done; the worker keeps serving (Ctrl-C to stop)")
+				return
+			}
+		}
+	}
+	if ctx.Err() == nil {
+		log.Error().Err(err).Msg("demo task")
+	}
+}

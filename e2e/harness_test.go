@@ -1,0 +1,281 @@
+// Package e2e tests the real worker and enqueue binaries against a real
+// Redis: each test starts its own worker process on its own queue, enqueues
+// a spec, and asserts the run record and that nothing survived or leaked.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/tasks"
+	"github.com/hibiken/asynq"
+)
+
+var bin struct {
+	dir            string
+	worker, enqueu string
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "airlock-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin.dir = dir
+	bin.worker, bin.enqueu = filepath.Join(dir, "worker"), filepath.Join(dir, "enqueue")
+	for out, pkg := range map[string]string{bin.worker: "../cmd/worker", bin.enqueu: "../cmd/enqueue"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", pkg, err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// bundle is one test's world: a queue, a client, and its worker process.
+type bundle struct {
+	t      *testing.T
+	queue  string
+	url    string
+	client *airlock.Client
+	root   string // workspace root of the worker
+	worker *workerProc
+}
+
+type workerProc struct {
+	cmd  *exec.Cmd
+	logs *lockedBuffer
+	done chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the worker's strict isolation (uid per slot, namespaces, tmpfs quota) needs it; CI runs as root")
+	}
+}
+
+// setup gives a test its queue and a running worker with extra flags.
+func setup(t *testing.T, flags ...string) *bundle {
+	t.Helper()
+	needRoot(t)
+	b := &bundle{t: t, queue: redistest.Queue(t), url: redistest.URL(t)}
+	b.client = airlock.NewClient(redistest.Client(t), airlock.ClientOptions{Retention: time.Hour})
+	t.Cleanup(func() { b.client.Close() })
+	tmp := t.TempDir()
+	// Slot uids must be able to walk down to their workspaces.
+	for _, d := range []string{filepath.Dir(tmp), tmp} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.root = filepath.Join(tmp, "ws")
+	b.worker = b.startWorker(flags...)
+	return b
+}
+
+func (b *bundle) startWorker(flags ...string) *workerProc {
+	b.t.Helper()
+	args := append([]string{
+		"-redis", b.url, "-queues", b.queue, "-workspace-root", b.root,
+		"-uid-lock-dir", filepath.Join(os.TempDir(), "airlock-e2e-uids"),
+		"-shutdown-timeout", "1s", "-grace", "200ms",
+	}, flags...)
+	cmd := exec.Command(bin.worker, args...)
+	logs := &lockedBuffer{}
+	cmd.Stderr, cmd.Stdout = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.t.Fatal(err)
+	}
+	wp := &workerProc{cmd: cmd, logs: logs, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(wp.done) }()
+	b.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-wp.done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-wp.done
+		}
+		if b.t.Failed() {
+			b.t.Logf("worker logs:\n%s", logs.String())
+		}
+	})
+	// Ready once it logged that it serves.
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), "worker started") {
+		select {
+		case <-wp.done:
+			b.t.Fatalf("worker exited at start:\n%s", logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("worker not ready after 20s:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return wp
+}
+
+// spec builds a spec on the test's queue from JSON with the queue filled in.
+func (b *bundle) spec(js string) *tasks.Spec {
+	b.t.Helper()
+	s, err := tasks.Decode([]byte(js))
+	if err != nil {
+		b.t.Fatalf("spec: %v", err)
+	}
+	s.Queue = b.queue
+	return s
+}
+
+// run enqueues a spec and waits for its record.
+func (b *bundle) run(js string) *record.Run {
+	b.t.Helper()
+	e, err := b.client.Enqueue(context.Background(), b.spec(js))
+	if err != nil {
+		b.t.Fatalf("enqueue: %v", err)
+	}
+	return b.wait(e.TaskID)
+}
+
+func (b *bundle) wait(taskID string) *record.Run {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rec, err := b.client.Wait(ctx, b.queue, taskID)
+	if err != nil {
+		b.t.Fatalf("wait: %v\nworker logs:\n%s", err, b.worker.logs.String())
+	}
+	return rec
+}
+
+// procsMatching lists the pids on the whole machine whose command line
+// contains marker.
+func procsMatching(marker string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cl, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(cl, []byte(marker)) {
+			out = append(out, e.Name()+":"+strings.ReplaceAll(string(cl), "\x00", " "))
+		}
+	}
+	return out
+}
+
+// numMarker returns four random digits, to find a test's processes by
+// their command line.
+func numMarker() string { return fmt.Sprintf("%04d", rand.IntN(10000)) }
+
+// procsOfUID lists the processes running as uid, slot helpers aside.
+func procsOfUID(uid int) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		f, err := os.Open(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if fields := strings.Fields(sc.Text()); len(fields) > 1 && fields[0] == "Uid:" && fields[1] == fmt.Sprint(uid) {
+				cl, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+				if !bytes.Contains(cl, []byte("__airlock_slot_helper")) {
+					out = append(out, e.Name()+":"+strings.ReplaceAll(string(cl), "\x00", " "))
+				}
+			}
+		}
+		f.Close()
+	}
+	return out
+}
+
+// stepUID reads the uid a step ran as from its stdout ("id -u" first line).
+func mustJSON(t *testing.T, v any) string {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// eventually polls cond for up to d.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cond()
+}
+
+// runRaw enqueues a payload as is, past the client's checks, as an
+// untrusted enqueuer could, and waits for its record.
+func (b *bundle) runRaw(payload string) *record.Run {
+	b.t.Helper()
+	c := asynq.NewClientFromRedisClient(redistest.Client(b.t))
+	info, err := c.Enqueue(asynq.NewTask(tasks.TypeRun, []byte(payload)), asynq.Queue(b.queue), asynq.Retention(time.Hour))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return b.wait(info.ID)
+}
+
+// enqueueCLI runs the enqueue binary and returns its exit code and output.
+func (b *bundle) enqueueCLI(stdin string, args ...string) (int, string, string) {
+	b.t.Helper()
+	cmd := exec.Command(bin.enqueu, append([]string{"-redis", b.url}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		b.t.Fatal(err)
+	}
+	return code, out.String(), errb.String()
+}

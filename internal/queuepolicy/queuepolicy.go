@@ -1,0 +1,75 @@
+// Package queuepolicy is where workers publish their limits.Policy, one key
+// per queue, so that an enqueuer can reject a spec before it reaches a
+// worker.
+//
+// A published policy is advice for enqueuers, not enforcement: every worker
+// checks each spec again against its own policy. A policy is stored without
+// expiry, so it outlives the worker that published it, and when several
+// workers serve one queue with different policies the last one to start
+// wins. Operators who run mixed workers on a queue should give them the same
+// policy, or use separate queues.
+package queuepolicy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/airlock-run/airlock/limits"
+	"github.com/redis/go-redis/v9"
+)
+
+// KeyPrefix is the prefix of the Redis keys that hold published policies.
+const KeyPrefix = "airlock:policy:"
+
+// Key is the Redis key that holds the policy published for queue.
+func Key(queue string) string { return KeyPrefix + queue }
+
+// Publish stores p as the policy of each queue (JSON, SET, no expiry),
+// replacing what an earlier worker published: the last worker to start
+// wins. It fails without writing anything when p is incoherent
+// (limits.Policy.Check).
+func Publish(ctx context.Context, rdb redis.UniversalClient, queues []string, p limits.Policy) error {
+	if len(queues) == 0 {
+		return errors.New("queuepolicy: no queue to publish the policy for")
+	}
+	if err := p.Check(); err != nil {
+		return fmt.Errorf("queuepolicy: not publishing an incoherent policy: %w", err)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("queuepolicy: encoding the policy: %w", err)
+	}
+	_, err = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, q := range queues {
+			pipe.Set(ctx, Key(q), b, 0)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("queuepolicy: publishing the policy of %d queue(s): %w", len(queues), err)
+	}
+	return nil
+}
+
+// Load returns the policy published for queue, and false (with a nil error)
+// when no worker published one. A published value that is not a coherent
+// policy is an error naming its key.
+func Load(ctx context.Context, rdb redis.UniversalClient, queue string) (limits.Policy, bool, error) {
+	b, err := rdb.Get(ctx, Key(queue)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return limits.Policy{}, false, nil
+	}
+	if err != nil {
+		return limits.Policy{}, false, fmt.Errorf("queuepolicy: loading the policy of queue %q: %w", queue, err)
+	}
+	var p limits.Policy
+	if err := json.Unmarshal(b, &p); err != nil {
+		return limits.Policy{}, false, fmt.Errorf("queuepolicy: key %s does not hold a policy: %w (delete it, then restart the queue's workers)", Key(queue), err)
+	}
+	if err := p.Check(); err != nil {
+		return limits.Policy{}, false, fmt.Errorf("queuepolicy: key %s holds an incoherent policy: %w (delete it, then restart the queue's workers)", Key(queue), err)
+	}
+	return p, true, nil
+}

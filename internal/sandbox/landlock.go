@@ -1,0 +1,107 @@
+package sandbox
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Landlock, applied to the calling thread only, so that the helper can
+// confine the one thread that forks steps without the all-threads machinery
+// (psx) a whole-process restriction needs in a Go program built with cgo.
+// Every step inherits the thread's domain.
+
+// LandlockABI returns the kernel's Landlock ABI version, or 0 and the
+// reason when it has none.
+func LandlockABI() (int, error) {
+	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(abi), nil
+}
+
+const (
+	fsRead = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR | unix.LANDLOCK_ACCESS_FS_EXECUTE
+	// fsFileRights are the rights that apply to a file (not a directory).
+	fsFileRights = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE |
+		unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_TRUNCATE | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+)
+
+// handledFS is every filesystem right the ABI knows.
+func handledFS(abi int) uint64 {
+	m := uint64(0x1FFF) // ABI 1: EXECUTE .. MAKE_SYM
+	if abi >= 2 {
+		m |= unix.LANDLOCK_ACCESS_FS_REFER
+	}
+	if abi >= 3 {
+		m |= unix.LANDLOCK_ACCESS_FS_TRUNCATE
+	}
+	if abi >= 5 {
+		m |= unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+	}
+	return m
+}
+
+// devices steps may read and write outside their workspace.
+var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
+
+// restrictThread confines the calling thread: read and execute anywhere,
+// write only below writable and to a few devices; with denyTCP no TCP bind
+// or connect (ABI 4+); no signals to, nor abstract sockets of, processes
+// outside the domain (ABI 6+). It returns a status for the record: "abi N
+// (...)" or "off: reason".
+func restrictThread(writable string, denyTCP bool) string {
+	abi, err := LandlockABI()
+	if err != nil || abi < 1 {
+		return fmt.Sprintf("off: kernel has no Landlock (%v)", err)
+	}
+	fs := handledFS(abi)
+	attr := unix.LandlockRulesetAttr{Handled_access_fs: fs}
+	size := unsafe.Sizeof(uint64(0))
+	var extras string
+	if abi >= 4 && denyTCP {
+		attr.Handled_access_net = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
+		extras += ", tcp denied"
+	}
+	if abi >= 4 {
+		size = 2 * unsafe.Sizeof(uint64(0))
+	}
+	if abi >= 6 {
+		attr.Scoped = unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
+		size = 3 * unsafe.Sizeof(uint64(0))
+		extras += ", signals and abstract sockets scoped"
+	}
+	rfd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
+	if errno != 0 {
+		return "off: create ruleset: " + errno.Error()
+	}
+	defer unix.Close(int(rfd))
+	add := func(path string, access uint64) error {
+		fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		rule := unix.LandlockPathBeneathAttr{Allowed_access: access, Parent_fd: int32(fd)}
+		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, rfd, unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&rule)), 0, 0, 0)
+		if errno != 0 {
+			return errno
+		}
+		return nil
+	}
+	if err := add("/", fsRead&fs); err != nil {
+		return "off: rule for /: " + err.Error()
+	}
+	if err := add(writable, fs); err != nil {
+		return "off: rule for " + writable + ": " + err.Error()
+	}
+	for _, d := range devices {
+		_ = add(d, (unix.LANDLOCK_ACCESS_FS_READ_FILE|unix.LANDLOCK_ACCESS_FS_WRITE_FILE|unix.LANDLOCK_ACCESS_FS_TRUNCATE)&fs&fsFileRights)
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, rfd, 0, 0); errno != 0 {
+		return "off: restrict_self: " + errno.Error()
+	}
+	return fmt.Sprintf("abi %d (writes only in the workspace%s)", abi, extras)
+}

@@ -1,0 +1,378 @@
+// Package sandbox confines the steps of a task. Each concurrency slot of a
+// worker owns a long-lived helper: a re-exec of the worker binary, started
+// once, that is PID 1 of its own PID, mount and network namespaces, runs as
+// the slot's own unprivileged uid, and forks every step from one thread
+// confined by no_new_privs and Landlock. It stops each new step at exec
+// (ptrace), applies the rlimits with prlimit(2) and lets it go, so limits
+// hold from the first instruction at the price of one fork/exec. When a
+// step ends, kill(-1) from the namespace's init ends everything it left.
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlock-run/airlock/limits"
+	"golang.org/x/sys/unix"
+)
+
+// SlotConfig says how a slot confines its steps.
+type SlotConfig struct {
+	UID, GID   int    // the slot's identity; -1 keeps the worker's
+	SlotDir    string // the only tree steps may write (their workspaces live below)
+	Namespaces bool   // PID, mount, IPC, UTS (and network) namespaces; needs root
+	Landlock   bool
+	Network    bool          // steps of this slot may use the host's network
+	Stderr     io.Writer     // where helpers' own diagnostics go; nil discards
+	Grace      time.Duration // SIGTERM to SIGKILL; default 500ms
+}
+
+// Slot runs one step at a time through its helper.
+type Slot struct {
+	cfg SlotConfig
+
+	mu       sync.Mutex // one step at a time
+	cmd      *exec.Cmd
+	conn     *net.UnixConn
+	landlock string
+	done     chan struct{} // closed when the helper exits
+	devnull  *os.File
+}
+
+// Step is one program to run in a workspace.
+type Step struct {
+	Argv    []string
+	Env     map[string]string // the spec's variables
+	Dir     string            // the workspace: cwd, HOME; TMPDIR is Dir/tmp
+	Stdin   string
+	Limits  limits.Set // resolved
+	Timeout time.Duration
+}
+
+// Result is what became of a step.
+type Result struct {
+	StartError string // the program could not be started
+	Exited     bool
+	ExitCode   int
+	Signal     syscall.Signal // 0 unless killed by a signal
+	TimedOut   bool           // the worker killed it at its deadline
+	Canceled   bool           // the worker killed it because the run was canceled
+	Duration   time.Duration
+	CPU        time.Duration
+	MaxRSSKB   int64
+	Killed     int // processes left behind and killed when the step ended
+	Stdout     Capture
+	Stderr     Capture
+}
+
+// Capture is one output stream: the first bytes up to the cap, and how many
+// the step wrote in all.
+type Capture struct {
+	Data      []byte
+	Total     int64
+	Truncated bool
+}
+
+// NewSlot starts a slot's helper.
+func NewSlot(cfg SlotConfig) (*Slot, error) {
+	if cfg.Grace <= 0 {
+		cfg.Grace = 500 * time.Millisecond
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	s := &Slot{cfg: cfg, devnull: devnull}
+	if err := s.start(); err != nil {
+		devnull.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Landlock is the helper's Landlock status: "abi N (...)" or "off: why".
+func (s *Slot) Landlock() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.landlock
+}
+
+func (s *Slot) start() error {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socketpair: %w", err)
+	}
+	ours := os.NewFile(uintptr(pair[0]), "helper-control")
+	theirs := os.NewFile(uintptr(pair[1]), "helper-control")
+	defer theirs.Close()
+	hc := helperConfig{
+		UID: s.cfg.UID, GID: s.cfg.GID, SlotDir: s.cfg.SlotDir,
+		Namespace: s.cfg.Namespaces, NetNS: s.cfg.Namespaces && !s.cfg.Network,
+		Network: s.cfg.Network, Landlock: s.cfg.Landlock,
+	}
+	arg, _ := json.Marshal(hc)
+	cmd := exec.Command("/proc/self/exe", helperArg, string(arg))
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.Stderr = s.cfg.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if s.cfg.Namespaces {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
+		if hc.NetNS {
+			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNET
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		ours.Close()
+		return fmt.Errorf("start slot helper: %w", err)
+	}
+	fc, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return err
+	}
+	conn := fc.(*net.UnixConn)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }() // the one goroutine that waits for it
+	var h hello
+	if _, err := readMsg(conn, &h); err != nil {
+		conn.Close()
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("slot helper did not start: %w", err)
+	}
+	if h.Error != "" {
+		conn.Close()
+		<-done
+		return fmt.Errorf("slot helper: %s", h.Error)
+	}
+	s.cmd, s.conn, s.done, s.landlock = cmd, conn, done, h.Landlock
+	return nil
+}
+
+// stop ends the helper, and with it every process of its namespace.
+func (s *Slot) stop() {
+	if s.conn == nil {
+		return
+	}
+	s.conn.Close()
+	select {
+	case <-s.done:
+	case <-time.After(2 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.conn, s.cmd = nil, nil
+}
+
+// Close stops the helper; every process of the slot ends with it.
+func (s *Slot) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stop()
+	return s.devnull.Close()
+}
+
+// Run runs one step and waits for it and everything it started to end.
+// Cancelling ctx stops the step (SIGTERM, SIGKILL after the grace) and
+// returns a Result with Canceled set. An error means the slot failed, not
+// the step; the slot restarts its helper on the next Run.
+func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		if err := s.start(); err != nil {
+			return Result{}, err
+		}
+	}
+	env := buildEnv(st)
+	req := &runRequest{
+		Argv: st.Argv, Env: env, Dir: st.Dir,
+		Rlimits:   st.Limits.Rlimits(0),
+		TimeoutNS: int64(st.Timeout), GraceNS: int64(s.cfg.Grace),
+	}
+	path, err := lookPath(st.Argv[0], st.Dir, envValue(env, "PATH"))
+	if err != nil {
+		return Result{StartError: err.Error()}, nil
+	}
+	req.Path = path
+
+	stdin := s.devnull
+	var stdinW *os.File
+	if st.Stdin != "" {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return Result{}, err
+		}
+		defer r.Close()
+		stdin, stdinW = r, w
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return Result{}, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return Result{}, err
+	}
+	cap := int64(st.Limits.Output)
+	var outC, errC Capture
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); outC = capture(outR, cap) }()
+	go func() { defer wg.Done(); errC = capture(errR, cap) }()
+	err = writeMsg(s.conn, request{Op: "run", Run: req}, []int{int(stdin.Fd()), int(outW.Fd()), int(errW.Fd())})
+	outW.Close()
+	errW.Close()
+	if stdinW != nil {
+		go func() { _, _ = io.WriteString(stdinW, st.Stdin); stdinW.Close() }()
+	}
+	if err != nil {
+		s.stop()
+		wg.Wait()
+		return Result{}, fmt.Errorf("%w: %v", ErrHelperDied, err)
+	}
+	resp, err := s.await(ctx)
+	if err != nil {
+		s.stop() // its namespace dies with it: nothing of the step survives
+		wg.Wait()
+		return Result{}, err
+	}
+	wg.Wait()
+	return Result{
+		StartError: resp.StartError,
+		Exited:     resp.Exited, ExitCode: resp.ExitCode, Signal: syscall.Signal(resp.Signal),
+		TimedOut: resp.TimedOut, Canceled: resp.Canceled,
+		Duration: time.Duration(resp.DurationNS),
+		CPU:      time.Duration(resp.UtimeUS+resp.StimeUS) * time.Microsecond,
+		MaxRSSKB: resp.MaxRSSKB, Killed: resp.Killed,
+		Stdout: outC, Stderr: errC,
+	}, nil
+}
+
+// await reads the helper's answer; on ctx's end it asks the helper to stop
+// the step and keeps waiting, up to the grace and a margin.
+func (s *Slot) await(ctx context.Context) (runResponse, error) {
+	type answer struct {
+		r   runResponse
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		var r runResponse
+		_, err := readMsg(s.conn, &r)
+		ch <- answer{r, err}
+	}()
+	var giveUp <-chan time.Time
+	cancelCh := ctx.Done()
+	for {
+		select {
+		case a := <-ch:
+			if a.err != nil {
+				return runResponse{}, fmt.Errorf("%w: %v", ErrHelperDied, a.err)
+			}
+			return a.r, nil
+		case <-cancelCh:
+			cancelCh = nil
+			if err := writeMsg(s.conn, request{Op: "cancel"}, nil); err != nil {
+				return runResponse{}, fmt.Errorf("%w: %v", ErrHelperDied, err)
+			}
+			giveUp = time.After(s.cfg.Grace + 5*time.Second)
+		case <-giveUp:
+			return runResponse{}, fmt.Errorf("%w: no answer after cancel", ErrHelperDied)
+		}
+	}
+}
+
+// capture keeps the first max bytes of r and counts (and discards) the
+// rest until EOF: a step is never blocked or killed for talking.
+func capture(r *os.File, max int64) Capture {
+	defer r.Close()
+	var c Capture
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			c.Total += int64(n)
+			if room := max - int64(len(c.Data)); room > 0 {
+				c.Data = append(c.Data, buf[:min(int64(n), room)]...)
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	c.Truncated = c.Total > int64(len(c.Data))
+	return c
+}
+
+// DefaultPath is the PATH of a step that sets none.
+const DefaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+// buildEnv is a step's whole environment: the spec's variables plus PATH,
+// HOME, TMPDIR and LANG pointing into the workspace; nothing of the
+// worker's own environment.
+func buildEnv(st Step) []string {
+	env := map[string]string{"PATH": DefaultPath, "LANG": "C.UTF-8"}
+	for k, v := range st.Env {
+		env[k] = v
+	}
+	env["HOME"] = st.Dir
+	env["TMPDIR"] = filepath.Join(st.Dir, "tmp")
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookPath resolves a step's program: a name with a slash is taken
+// relative to the workspace, a bare name is searched in the step's PATH.
+// The helper's exec is the authority; this only finds the file.
+func lookPath(name, dir, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		if !filepath.IsAbs(name) {
+			name = filepath.Join(dir, name)
+		}
+		return name, nil
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" || !filepath.IsAbs(d) {
+			continue
+		}
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%q not found in PATH %q", name, path)
+}
+
+// ErrStrict is matched by errors from a strict probe that found a tier
+// missing.
+var ErrStrict = errors.New("isolation tier unavailable")

@@ -1,0 +1,363 @@
+// Package limits holds the resource bounds of a step: the values a task spec
+// may ask for, the operator's defaults and maximums (a Policy), their parsing
+// from flags and JSON, and their mapping onto Linux rlimits.
+//
+// A spec can tighten the operator's limits, never loosen them: Policy.Resolve
+// fills what a spec left out from the defaults and rejects anything above a
+// maximum with a *FieldError that names the field.
+package limits
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrInvalid is matched (errors.Is) by every *FieldError.
+var ErrInvalid = errors.New("invalid limits")
+
+// FieldError names the field of a spec or flag that is wrong, with a hint.
+type FieldError struct {
+	Field string // JSON path of the field, e.g. "limits.memory"
+	Msg   string // what is wrong
+	Hint  string // how to fix it; may be empty
+}
+
+func (e *FieldError) Error() string {
+	if e.Hint == "" {
+		return e.Field + ": " + e.Msg
+	}
+	return e.Field + ": " + e.Msg + " (" + e.Hint + ")"
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// Bytes is a size in bytes. In JSON it is an integer or a string with a
+// binary or decimal unit: 65536, "64KiB", "512MiB", "1GB".
+type Bytes int64
+
+var byteUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
+}
+
+// ParseBytes parses "64MiB", "1GB", "4096" into a byte count.
+func ParseBytes(s string) (Bytes, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range byteUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			mult = u.mult
+			s = strings.TrimSpace(strings.TrimSuffix(s, u.suffix))
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a size (use bytes or a unit such as 64MiB)", s)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return Bytes(n * mult), nil
+}
+
+// String formats b with the largest binary unit that divides it exactly.
+func (b Bytes) String() string {
+	for _, u := range []struct {
+		s string
+		m int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b != 0 && int64(b)%u.m == 0 {
+			return strconv.FormatInt(int64(b)/u.m, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// UnmarshalJSON accepts an integer or a string with a unit.
+func (b *Bytes) UnmarshalJSON(data []byte) error {
+	var n int64
+	if err := json.Unmarshal(data, &n); err == nil {
+		if n < 0 {
+			return errors.New("must not be negative")
+		}
+		*b = Bytes(n)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return errors.New("want an integer number of bytes or a string such as \"64MiB\"")
+	}
+	v, err := ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+// Duration is a time.Duration that reads and writes Go duration strings
+// ("500ms", "1m30s") in JSON.
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a Go duration string such as "30s".
+func (d *Duration) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return errors.New("want a duration string such as \"30s\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (use Go syntax such as \"30s\")", s)
+	}
+	if v < 0 {
+		return errors.New("must not be negative")
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// String returns the Go duration string.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Set is the bounds of a step. A zero field means "not given"; after
+// Policy.Resolve every field is set.
+type Set struct {
+	CPUTime   Duration `json:"cpu_time,omitempty"`   // RLIMIT_CPU, per process
+	Memory    Bytes    `json:"memory,omitempty"`     // RLIMIT_AS, per process
+	Processes int      `json:"processes,omitempty"`  // RLIMIT_NPROC: processes and threads of the step's uid
+	FileSize  Bytes    `json:"file_size,omitempty"`  // RLIMIT_FSIZE: largest file a step may write
+	OpenFiles int      `json:"open_files,omitempty"` // RLIMIT_NOFILE
+	Output    Bytes    `json:"output,omitempty"`     // bytes of stdout and of stderr kept per step
+	Workspace Bytes    `json:"workspace,omitempty"`  // bytes on disk for the whole workspace
+}
+
+// field describes one member of Set for generic parsing, merging and checks.
+type field struct {
+	name string
+	get  func(*Set) int64
+	set  func(*Set, int64)
+	kind byte // 'd' duration, 'b' bytes, 'n' count
+}
+
+var fields = []field{
+	{"cpu_time", func(s *Set) int64 { return int64(s.CPUTime) }, func(s *Set, v int64) { s.CPUTime = Duration(v) }, 'd'},
+	{"memory", func(s *Set) int64 { return int64(s.Memory) }, func(s *Set, v int64) { s.Memory = Bytes(v) }, 'b'},
+	{"processes", func(s *Set) int64 { return int64(s.Processes) }, func(s *Set, v int64) { s.Processes = int(v) }, 'n'},
+	{"file_size", func(s *Set) int64 { return int64(s.FileSize) }, func(s *Set, v int64) { s.FileSize = Bytes(v) }, 'b'},
+	{"open_files", func(s *Set) int64 { return int64(s.OpenFiles) }, func(s *Set, v int64) { s.OpenFiles = int(v) }, 'n'},
+	{"output", func(s *Set) int64 { return int64(s.Output) }, func(s *Set, v int64) { s.Output = Bytes(v) }, 'b'},
+	{"workspace", func(s *Set) int64 { return int64(s.Workspace) }, func(s *Set, v int64) { s.Workspace = Bytes(v) }, 'b'},
+}
+
+func formatValue(f field, v int64) string {
+	switch f.kind {
+	case 'd':
+		return time.Duration(v).String()
+	case 'b':
+		return Bytes(v).String()
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// Parse reads a flag value such as "cpu_time=10s,memory=512MiB,processes=64"
+// into a Set. field names the flag in errors.
+func Parse(flagName, s string) (Set, error) {
+	var out Set
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return out, &FieldError{Field: flagName, Msg: fmt.Sprintf("%q is not key=value", kv), Hint: "e.g. cpu_time=10s,memory=512MiB"}
+		}
+		f, ok := lookup(k)
+		if !ok {
+			return out, &FieldError{Field: flagName + "." + k, Msg: "unknown limit", Hint: "known: " + Names()}
+		}
+		var n int64
+		switch f.kind {
+		case 'd':
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return out, &FieldError{Field: flagName + "." + k, Msg: fmt.Sprintf("%q is not a duration", v), Hint: "e.g. 30s"}
+			}
+			n = int64(d)
+		case 'b':
+			b, err := ParseBytes(v)
+			if err != nil {
+				return out, &FieldError{Field: flagName + "." + k, Msg: err.Error()}
+			}
+			n = int64(b)
+		default:
+			i, err := strconv.ParseInt(v, 10, 32)
+			if err != nil || i < 0 {
+				return out, &FieldError{Field: flagName + "." + k, Msg: fmt.Sprintf("%q is not a count", v)}
+			}
+			n = i
+		}
+		f.set(&out, n)
+	}
+	return out, nil
+}
+
+// String formats s as Parse reads it, listing only the fields that are set.
+func (s Set) String() string {
+	var parts []string
+	for _, f := range fields {
+		if v := f.get(&s); v != 0 {
+			parts = append(parts, f.name+"="+formatValue(f, v))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// Names lists the limit names, for hints.
+func Names() string {
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = f.name
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+func lookup(name string) (field, bool) {
+	for _, f := range fields {
+		if f.name == name {
+			return f, true
+		}
+	}
+	return field{}, false
+}
+
+// Merge returns s with every zero field taken from def.
+func (s Set) Merge(def Set) Set {
+	for _, f := range fields {
+		if f.get(&s) == 0 {
+			f.set(&s, f.get(&def))
+		}
+	}
+	return s
+}
+
+// Clamp returns s with every field above max lowered to it.
+func (s Set) Clamp(max Set) Set {
+	for _, f := range fields {
+		if m := f.get(&max); m > 0 && f.get(&s) > m {
+			f.set(&s, m)
+		}
+	}
+	return s
+}
+
+// Policy is the operator's side of the limits: the defaults a spec gets when
+// it says nothing, the maximums it may not exceed, and the task timeout and
+// network permission. Workers publish their Policy so that enqueuers can
+// reject a spec early; workers check again, since enqueuers are not trusted.
+type Policy struct {
+	Default        Set      `json:"default"`
+	Max            Set      `json:"max"`
+	DefaultTimeout Duration `json:"default_timeout"`
+	MaxTimeout     Duration `json:"max_timeout"`
+	AllowNetwork   bool     `json:"allow_network"`
+}
+
+// DefaultPolicy is the policy of a worker started without limit flags.
+func DefaultPolicy() Policy {
+	return Policy{
+		Default: Set{
+			CPUTime: Duration(30 * time.Second), Memory: 512 << 20, Processes: 64,
+			FileSize: 64 << 20, OpenFiles: 256, Output: 64 << 10, Workspace: 64 << 20,
+		},
+		Max: Set{
+			CPUTime: Duration(10 * time.Minute), Memory: 4 << 30, Processes: 1024,
+			FileSize: 1 << 30, OpenFiles: 4096, Output: 4 << 20, Workspace: 1 << 30,
+		},
+		DefaultTimeout: Duration(60 * time.Second),
+		MaxTimeout:     Duration(30 * time.Minute),
+	}
+}
+
+// Check reports whether the policy is coherent: every maximum set and every
+// default at or below its maximum.
+func (p Policy) Check() error {
+	for _, f := range fields {
+		max, def := f.get(&p.Max), f.get(&p.Default)
+		if max <= 0 {
+			return &FieldError{Field: "max." + f.name, Msg: "must be set"}
+		}
+		if def <= 0 || def > max {
+			return &FieldError{Field: "default." + f.name, Msg: fmt.Sprintf("%s must be between 1 and the maximum %s", formatValue(f, def), formatValue(f, max))}
+		}
+	}
+	if p.MaxTimeout <= 0 || p.DefaultTimeout <= 0 || p.DefaultTimeout > p.MaxTimeout {
+		return &FieldError{Field: "timeout", Msg: fmt.Sprintf("default %s must be positive and at most the maximum %s", p.DefaultTimeout, p.MaxTimeout)}
+	}
+	return nil
+}
+
+// Resolve checks asked against the maximums and fills what it left out from
+// the defaults. prefix is the JSON path of asked in errors ("limits").
+func (p Policy) Resolve(prefix string, asked Set) (Set, error) {
+	for _, f := range fields {
+		v, max := f.get(&asked), f.get(&p.Max)
+		if v < 0 {
+			return Set{}, &FieldError{Field: prefix + "." + f.name, Msg: "must not be negative"}
+		}
+		if v > max {
+			return Set{}, &FieldError{
+				Field: prefix + "." + f.name,
+				Msg:   fmt.Sprintf("%s is above the worker's maximum %s", formatValue(f, v), formatValue(f, max)),
+				Hint:  "a spec may lower a limit, never raise it past the operator's maximum",
+			}
+		}
+	}
+	return asked.Merge(p.Default), nil
+}
+
+// Rlimit is one resource limit to set on a process.
+type Rlimit struct {
+	Resource int    `json:"resource"`
+	Cur      uint64 `json:"cur"`
+	Max      uint64 `json:"max"`
+}
+
+// Rlimits maps a resolved Set onto the rlimits applied to a step before its
+// first instruction. extraProcs is added to RLIMIT_NPROC for the tasks that
+// already run as the step's uid (the slot's helper and its threads), since
+// the kernel counts every task of the uid.
+//
+// RLIMIT_CPU gets a hard limit one second above the soft one: the soft limit
+// sends SIGXCPU, the hard one SIGKILL for a process that ignores it.
+func (s Set) Rlimits(extraProcs int) []Rlimit {
+	cpu := uint64(time.Duration(s.CPUTime).Seconds() + 0.999)
+	if cpu == 0 {
+		cpu = 1
+	}
+	return []Rlimit{
+		{unix.RLIMIT_CPU, cpu, cpu + 1},
+		{unix.RLIMIT_AS, uint64(s.Memory), uint64(s.Memory)},
+		{unix.RLIMIT_NPROC, uint64(s.Processes + extraProcs), uint64(s.Processes + extraProcs)},
+		{unix.RLIMIT_FSIZE, uint64(s.FileSize), uint64(s.FileSize)},
+		{unix.RLIMIT_NOFILE, uint64(s.OpenFiles), uint64(s.OpenFiles)},
+		{unix.RLIMIT_CORE, 0, 0},
+	}
+}

@@ -1,0 +1,145 @@
+package tasks
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+// strictDecode decodes data into v (a pointer to a struct) and fails on the
+// first unknown field or badly typed value with a *FieldError naming its
+// JSON path ("steps[1].timeout").
+func strictDecode(data []byte, v any) error {
+	if err := walk(json.RawMessage(data), reflect.TypeOf(v).Elem(), ""); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &FieldError{Field: "spec", Msg: err.Error()}
+	}
+	if dec.More() {
+		return &FieldError{Field: "spec", Msg: "trailing data after the JSON object"}
+	}
+	return nil
+}
+
+var rawMessageType = reflect.TypeOf(json.RawMessage{})
+
+// walk checks raw against the shape of t, naming the path of the first
+// mismatch. Leaves are decoded into a fresh value of their type, so that
+// the decoder's own message (or a custom UnmarshalJSON's) is kept.
+func walk(raw json.RawMessage, t reflect.Type, path string) error {
+	name := path
+	if name == "" {
+		name = "spec"
+	}
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return nil
+	}
+	if t == rawMessageType || reflect.PointerTo(t).Implements(reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()) {
+		if err := json.Unmarshal(raw, reflect.New(t).Interface()); err != nil {
+			return &FieldError{Field: name, Msg: cleanJSONError(err)}
+		}
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return walk(raw, t.Elem(), path)
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return &FieldError{Field: name, Msg: "want a JSON object"}
+		}
+		for key, val := range obj {
+			f, ok := fieldByTag(t, key)
+			if !ok {
+				return &FieldError{Field: join(path, key), Msg: "unknown field", Hint: "known fields: " + strings.Join(tags(t), ", ")}
+			}
+			if err := walk(val, f.Type, join(path, key)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case reflect.Slice:
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return &FieldError{Field: name, Msg: "want a JSON array"}
+		}
+		for i, it := range items {
+			if err := walk(it, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case reflect.Map:
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return &FieldError{Field: name, Msg: "want a JSON object"}
+		}
+		for k, val := range obj {
+			if err := walk(val, t.Elem(), fmt.Sprintf("%s[%q]", path, k)); err != nil {
+				return err
+			}
+		}
+		return nil
+	default:
+		if err := json.Unmarshal(raw, reflect.New(t).Interface()); err != nil {
+			return &FieldError{Field: name, Msg: cleanJSONError(err)}
+		}
+		return nil
+	}
+}
+
+func cleanJSONError(err error) string {
+	if te, ok := err.(*json.UnmarshalTypeError); ok {
+		return fmt.Sprintf("want %s, got a JSON %s", kindName(te.Type), te.Value)
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+func kindName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	}
+	return t.String()
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if tagName(f) == key {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+func tags(t reflect.Type) []string {
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		if n := tagName(t.Field(i)); n != "" && n != "-" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func tagName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	return name
+}

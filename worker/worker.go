@@ -1,0 +1,358 @@
+// Package worker is Airlock's worker: an asynq server whose handler turns a
+// task spec into confined steps in a fresh per-task workspace and stores an
+// honest run record as the task's result.
+//
+// A Worker owns a fixed set of slots, one per unit of concurrency. Each slot
+// has its own unprivileged uid, its own directory for workspaces, and a
+// long-lived sandbox helper that runs the slot's steps (see
+// internal/sandbox). The isolation tiers in force are probed at New,
+// logged once, and copied into every run record.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/queuepolicy"
+	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/limits"
+	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/tasks"
+	"github.com/airlock-run/airlock/tmpfs"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// Isolation modes.
+const (
+	Strict     = "strict"      // refuse to start when a tier is missing
+	BestEffort = "best-effort" // start anyway and say loudly what is missing
+)
+
+// Version is reported in run records and logs.
+var Version = "0.1.0-dev"
+
+// Config configures a Worker. Zero fields take the documented defaults.
+type Config struct {
+	Redis             redis.UniversalClient // required
+	Concurrency       int                   // slots; default 2
+	Queues            map[string]int        // queue → priority; default {"default": 1}
+	WorkspaceRoot     string                // default /var/lib/airlock/workspaces (root) or $TMPDIR/airlock-workspaces
+	Policy            limits.Policy         // default limits.DefaultPolicy()
+	Isolation         string                // Strict (default) or BestEffort
+	UIDFirst          int                   // first uid of the slots' range; default 200000
+	UIDCount          int                   // size of the range; default 10000
+	UIDLockDir        string                // default /run/airlock/uids
+	Landlock          *bool                 // default true
+	MaxPayload        int                   // default tasks.DefaultMaxPayload
+	TaskCheckInterval time.Duration         // asynq's idle poll interval; default 10ms
+	ShutdownTimeout   time.Duration         // how long shutdown waits before handing tasks back; default 3s
+	Grace             time.Duration         // SIGTERM to SIGKILL; default 500ms
+	Logger            zerolog.Logger
+}
+
+// ErrIsolation is returned by New in strict mode when a tier is missing.
+var ErrIsolation = errors.New("isolation tier unavailable")
+
+// Worker runs tasks. Create it with New, run it with Run.
+type Worker struct {
+	cfg       Config
+	log       zerolog.Logger
+	ws        *tmpfs.Manager
+	slots     chan *slot
+	all       []*slot
+	isolation record.Isolation
+	name      string
+
+	stopOnce sync.Once
+	stopping chan struct{} // closed when shutdown starts: running steps are canceled
+	inflight sync.WaitGroup
+}
+
+// slot is one unit of concurrency.
+type slot struct {
+	uid     *sandbox.UIDLease
+	uidN    int
+	dir     string
+	box     *sandbox.Slot // network off
+	netBox  *sandbox.Slot // network on, started on first use when allowed
+	netCfg  sandbox.SlotConfig
+	netOnce sync.Once
+	netErr  error
+}
+
+func (c *Config) defaults() {
+	if c.Concurrency <= 0 {
+		c.Concurrency = 2
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = map[string]int{"default": 1}
+	}
+	root := os.Geteuid() == 0
+	if c.WorkspaceRoot == "" {
+		if root {
+			c.WorkspaceRoot = "/var/lib/airlock/workspaces"
+		} else {
+			c.WorkspaceRoot = filepath.Join(os.TempDir(), fmt.Sprintf("airlock-workspaces-%d", os.Geteuid()))
+		}
+	}
+	if c.Policy == (limits.Policy{}) {
+		c.Policy = limits.DefaultPolicy()
+	}
+	if c.Isolation == "" {
+		c.Isolation = Strict
+	}
+	if c.UIDFirst == 0 {
+		c.UIDFirst = 200000
+	}
+	if c.UIDCount == 0 {
+		c.UIDCount = 10000
+	}
+	if c.UIDLockDir == "" {
+		c.UIDLockDir = "/run/airlock/uids"
+	}
+	if c.Landlock == nil {
+		t := true
+		c.Landlock = &t
+	}
+	if c.MaxPayload <= 0 {
+		c.MaxPayload = tasks.DefaultMaxPayload
+	}
+	if c.TaskCheckInterval <= 0 {
+		c.TaskCheckInterval = 10 * time.Millisecond
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 3 * time.Second
+	}
+	if c.Grace <= 0 {
+		c.Grace = 500 * time.Millisecond
+	}
+}
+
+// New probes the isolation tiers, sweeps what a killed worker left in the
+// workspace root, and starts one sandbox helper per slot.
+func New(cfg Config) (*Worker, error) {
+	cfg.defaults()
+	if cfg.Redis == nil {
+		return nil, errors.New("worker: Config.Redis is required")
+	}
+	if cfg.Isolation != Strict && cfg.Isolation != BestEffort {
+		return nil, fmt.Errorf("worker: isolation %q: want %q or %q", cfg.Isolation, Strict, BestEffort)
+	}
+	if err := cfg.Policy.Check(); err != nil {
+		return nil, fmt.Errorf("worker: limits: %w", err)
+	}
+	host, _ := os.Hostname()
+	w := &Worker{
+		cfg: cfg, log: cfg.Logger, stopping: make(chan struct{}),
+		name: fmt.Sprintf("%s/%d", host, os.Getpid()),
+	}
+	root := os.Geteuid() == 0
+	var missing []string
+	if !root {
+		missing = append(missing, "user (worker is not root: steps run as the worker's uid)",
+			"namespaces (need root: no network namespace, no PID namespace)")
+	}
+	if root {
+		if err := searchable(cfg.WorkspaceRoot); err != nil {
+			return nil, err
+		}
+	}
+	mgr, err := tmpfs.New(cfg.WorkspaceRoot, root)
+	if err != nil {
+		return nil, fmt.Errorf("worker: workspace root: %w", err)
+	}
+	w.ws = mgr
+	if !mgr.Mounted() {
+		missing = append(missing, "quota ("+mgr.Mechanism()+")")
+	}
+	if err := w.startSlots(root); err != nil {
+		w.closeSlots()
+		mgr.Close()
+		return nil, err
+	}
+	w.isolation = w.describe(root)
+	if strings.HasPrefix(w.isolation.Landlock, "off") {
+		missing = append(missing, "landlock ("+w.isolation.Landlock+")")
+	}
+	ev := w.log.Info()
+	if len(missing) > 0 {
+		ev = w.log.Warn().Strs("missing", missing)
+	}
+	ev.Interface("isolation", w.isolation).Int("slots", cfg.Concurrency).Str("workspace_root", cfg.WorkspaceRoot).
+		Str("version", Version).Msg("isolation tiers")
+	if len(missing) > 0 && cfg.Isolation == Strict {
+		w.closeSlots()
+		mgr.Close()
+		return nil, fmt.Errorf("%w: %s (run as root with CAP_SYS_ADMIN, or pass -isolation=best-effort to run anyway)", ErrIsolation, strings.Join(missing, "; "))
+	}
+	return w, nil
+}
+
+// searchable checks that every existing ancestor of the workspace root
+// lets other users through (x for others): steps run as slot uids and must
+// reach their workspaces.
+func searchable(root string) error {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return err
+	}
+	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("worker: -workspace-root %s: %s has mode %04o, so steps (running as slot uids) cannot reach their workspaces (chmod o+x %s, or choose another root)", root, d, fi.Mode().Perm(), d)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
+
+func (w *Worker) startSlots(root bool) error {
+	w.slots = make(chan *slot, w.cfg.Concurrency)
+	for i := 0; i < w.cfg.Concurrency; i++ {
+		s := &slot{uidN: os.Geteuid()}
+		cfg := sandbox.SlotConfig{UID: -1, GID: -1, Landlock: *w.cfg.Landlock, Grace: w.cfg.Grace, Stderr: os.Stderr}
+		name := fmt.Sprintf("slot-%d", i)
+		if root {
+			lease, err := sandbox.LeaseUID(w.cfg.UIDLockDir, w.cfg.UIDFirst, w.cfg.UIDCount)
+			if err != nil {
+				return fmt.Errorf("worker: slot %d: %w", i, err)
+			}
+			s.uid, s.uidN = lease, lease.UID
+			cfg.UID, cfg.GID, cfg.Namespaces = lease.UID, lease.UID, true
+			name = fmt.Sprintf("slot-%d", lease.UID)
+		}
+		dir, err := w.ws.SlotDir(name)
+		if err != nil {
+			return err
+		}
+		s.dir, cfg.SlotDir = dir, dir
+		box, err := sandbox.NewSlot(cfg)
+		if err != nil {
+			if s.uid != nil {
+				s.uid.Release()
+			}
+			return fmt.Errorf("worker: slot %d: %w", i, err)
+		}
+		s.box = box
+		if w.cfg.Policy.AllowNetwork {
+			s.netCfg = cfg
+			s.netCfg.Network = true
+		}
+		w.all = append(w.all, s)
+		w.slots <- s
+	}
+	return nil
+}
+
+func (w *Worker) closeSlots() {
+	for _, s := range w.all {
+		s.box.Close()
+		if s.netBox != nil {
+			s.netBox.Close()
+		}
+		if s.uid != nil {
+			s.uid.Release()
+		}
+	}
+	w.all = nil
+}
+
+// sandboxFor returns the slot's sandbox for a spec's network setting.
+func (s *slot) sandboxFor(network bool) (*sandbox.Slot, error) {
+	if !network {
+		return s.box, nil
+	}
+	s.netOnce.Do(func() { s.netBox, s.netErr = sandbox.NewSlot(s.netCfg) })
+	return s.netBox, s.netErr
+}
+
+func (w *Worker) describe(root bool) record.Isolation {
+	iso := record.Isolation{
+		Mode:     w.cfg.Isolation,
+		Landlock: w.all[0].box.Landlock(),
+		Quota:    w.ws.Mechanism(),
+		Rlimits:  "prlimit while stopped at exec (ptrace)",
+	}
+	if root {
+		iso.User = fmt.Sprintf("uid per slot from %d", w.cfg.UIDFirst)
+		iso.Network = "network namespace (loopback only)"
+		iso.Tree = "pid namespace (kill -1 from its init)"
+	} else {
+		iso.User = fmt.Sprintf("off: worker is not root (steps run as uid %d)", os.Geteuid())
+		iso.Network = "off: no network namespace without root"
+		if strings.Contains(iso.Landlock, "tcp denied") {
+			iso.Network = "landlock only (tcp denied; other protocols open)"
+		}
+		iso.Tree = "process group + subreaper (no pid namespace)"
+	}
+	return iso
+}
+
+// Isolation returns the tiers in force, as written into every run record.
+func (w *Worker) Isolation() record.Isolation { return w.isolation }
+
+// Run serves tasks until ctx is canceled, then shuts down gracefully: it
+// stops taking tasks, kills running steps' process trees, hands unfinished
+// tasks back to their queue, and removes their workspaces.
+func (w *Worker) Run(ctx context.Context) error {
+	defer func() {
+		w.closeSlots()
+		if err := w.ws.Close(); err != nil {
+			w.log.Warn().Err(err).Msg("workspace root cleanup")
+		}
+	}()
+	queues := make([]string, 0, len(w.cfg.Queues))
+	for q := range w.cfg.Queues {
+		queues = append(queues, q)
+	}
+	if err := queuepolicy.Publish(ctx, w.cfg.Redis, queues, w.cfg.Policy); err != nil {
+		return fmt.Errorf("worker: publish limits: %w", err)
+	}
+	srv := asynq.NewServerFromRedisClient(w.cfg.Redis, asynq.Config{
+		Concurrency:              w.cfg.Concurrency,
+		Queues:                   w.cfg.Queues,
+		TaskCheckInterval:        w.cfg.TaskCheckInterval,
+		DelayedTaskCheckInterval: time.Second,
+		ShutdownTimeout:          w.cfg.ShutdownTimeout,
+		RetryDelayFunc:           retryDelay,
+		Logger:                   asynqLogger{w.log},
+		LogLevel:                 asynq.WarnLevel,
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(tasks.TypeRun, w.handle)
+	if err := srv.Start(mux); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.log.Info().Strs("queues", queues).Msg("worker started")
+	<-ctx.Done()
+	w.log.Info().Msg("shutting down: no new tasks, running steps are killed and handed back")
+	srv.Stop()
+	w.stopOnce.Do(func() { close(w.stopping) })
+	srv.Shutdown()
+	w.inflight.Wait()
+	w.log.Info().Msg("worker stopped")
+	return nil
+}
+
+// retryDelay spaces retries of infrastructure failures: 1s, 2s, 4s... 1m.
+func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
+	d := time.Second << min(n, 6)
+	return min(d, time.Minute)
+}
+
+// asynqLogger sends asynq's own log lines to zerolog.
+type asynqLogger struct{ l zerolog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
+func (a asynqLogger) Info(args ...any)  { a.l.Info().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) { a.l.Error().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
+func (a asynqLogger) Fatal(args ...any) { a.l.Error().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
