@@ -89,6 +89,9 @@ func (b Bytes) String() string {
 
 // UnmarshalJSON accepts an integer or a string with a unit.
 func (b *Bytes) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		return nil // like encoding/json: null leaves the value as is
+	}
 	var n int64
 	if err := json.Unmarshal(data, &n); err == nil {
 		if n < 0 {
@@ -118,6 +121,9 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 
 // UnmarshalJSON reads a Go duration string such as "30s".
 func (d *Duration) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		return nil // like encoding/json: null leaves the value as is
+	}
 	var s string
 	if err := json.Unmarshal(data, &s); err != nil {
 		return errors.New("want a duration string such as \"30s\"")
@@ -348,9 +354,9 @@ type Rlimit struct {
 // RLIMIT_CPU gets a hard limit one second above the soft one: the soft limit
 // sends SIGXCPU, the hard one SIGKILL for a process that ignores it.
 func (s Set) Rlimits(extraProcs int) []Rlimit {
-	cpu := uint64(time.Duration(s.CPUTime).Seconds() + 0.999)
-	if cpu == 0 {
-		cpu = 1
+	cpu := uint64(1) // RLIMIT_CPU 0 would kill at once; ask for at least 1s
+	if d := time.Duration(s.CPUTime); d > time.Second {
+		cpu = uint64((d-1)/time.Second) + 1 // ceil(d / 1s), exact in integers
 	}
 	return []Rlimit{
 		{unix.RLIMIT_CPU, cpu, cpu + 1},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 )
@@ -12,16 +13,26 @@ import (
 // first unknown field or badly typed value with a *FieldError naming its
 // JSON path ("steps[1].timeout").
 func strictDecode(data []byte, v any) error {
-	if err := walk(json.RawMessage(data), reflect.TypeOf(v).Elem(), ""); err != nil {
+	// Syntax and trailing data first: walk would report both as "want a
+	// JSON object", and Decoder.More misses a trailing '}' or ']'.
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		if err == io.EOF {
+			return &FieldError{Field: "spec", Msg: "empty document"}
+		}
+		return &FieldError{Field: "spec", Msg: cleanJSONError(err)}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &FieldError{Field: "spec", Msg: "trailing data after the JSON object"}
+	}
+	if err := walk(raw, reflect.TypeOf(v).Elem(), ""); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
+	dec = json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return &FieldError{Field: "spec", Msg: err.Error()}
-	}
-	if dec.More() {
-		return &FieldError{Field: "spec", Msg: "trailing data after the JSON object"}
 	}
 	return nil
 }

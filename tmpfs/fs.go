@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -433,4 +434,39 @@ func unmountAt(dir string) error {
 		}
 	}
 	return fmt.Errorf("unmount %s: still mounted after 16 unmounts", dir)
+}
+
+// isStaleSelfBind reports whether the mount at dir is a bind mount of a
+// directory of the same filesystem as dir's parent: what New leaves behind
+// when its worker is killed. A volume an operator mounted there has a
+// device of its own and is kept.
+func isStaleSelfBind(dir string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var atDir, parentDev string
+	parentLen := -1
+	parent := filepath.Dir(dir)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp, dev := unescapeOctal(fields[4]), fields[2]
+		if mp == dir {
+			atDir = dev // the last one listed is on top
+			continue
+		}
+		if (parent == mp || strings.HasPrefix(parent, strings.TrimSuffix(mp, "/")+"/") || mp == "/") && len(mp) >= parentLen {
+			parentDev, parentLen = dev, len(mp)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, err
+	}
+	return atDir != "" && atDir == parentDev, nil
 }

@@ -251,6 +251,23 @@ func (m *Manager) mountRoot() error {
 	if err != nil {
 		return fmt.Errorf("read mount table: %w", err)
 	}
+	// A killed worker's bind mounts stay; undo them, so that this Manager's
+	// Close leaves the root as it found it before that worker started.
+	for i := 0; isMount && i < 8; i++ {
+		stale, err := isStaleSelfBind(m.root)
+		if err != nil || !stale {
+			break
+		}
+		if err := unmountBelow(m.root); err != nil {
+			return err
+		}
+		if err := unix.Unmount(m.root, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount stale bind %s: %w", m.root, err)
+		}
+		if isMount, err = isMountPoint(m.root); err != nil {
+			return fmt.Errorf("read mount table: %w", err)
+		}
+	}
 	if !isMount {
 		if err := unix.Mount(m.root, m.root, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind mount %s: %w", m.root, err)

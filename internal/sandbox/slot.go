@@ -194,6 +194,13 @@ func (s *Slot) Close() error {
 func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.conn != nil {
+		select {
+		case <-s.done: // died since the last step (a step may kill its own helper)
+			s.stop()
+		default:
+		}
+	}
 	if s.conn == nil {
 		if err := s.start(); err != nil {
 			return Result{}, err
