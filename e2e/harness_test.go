@@ -27,8 +27,8 @@ import (
 )
 
 var bin struct {
-	dir            string
-	worker, enqueu string
+	dir                     string
+	worker, enqueu, approve string
 }
 
 func TestMain(m *testing.M) {
@@ -38,8 +38,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin.dir = dir
-	bin.worker, bin.enqueu = filepath.Join(dir, "worker"), filepath.Join(dir, "enqueue")
-	for out, pkg := range map[string]string{bin.worker: "../cmd/worker", bin.enqueu: "../cmd/enqueue"} {
+	bin.worker, bin.enqueu, bin.approve = filepath.Join(dir, "worker"), filepath.Join(dir, "enqueue"), filepath.Join(dir, "approve")
+	for out, pkg := range map[string]string{bin.worker: "../cmd/worker", bin.enqueu: "../cmd/enqueue", bin.approve: "../cmd/approve"} {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
@@ -263,10 +263,21 @@ func (b *bundle) runRaw(payload string) *record.Run {
 	return b.wait(info.ID)
 }
 
+// approveCLI runs the approve binary.
+func (b *bundle) approveCLI(args ...string) (int, string, string) {
+	b.t.Helper()
+	return b.runBin(bin.approve, "", args...)
+}
+
 // enqueueCLI runs the enqueue binary and returns its exit code and output.
 func (b *bundle) enqueueCLI(stdin string, args ...string) (int, string, string) {
 	b.t.Helper()
-	cmd := exec.Command(bin.enqueu, append([]string{"-redis", b.url}, args...)...)
+	return b.runBin(bin.enqueu, stdin, args...)
+}
+
+func (b *bundle) runBin(path, stdin string, args ...string) (int, string, string) {
+	b.t.Helper()
+	cmd := exec.Command(path, append([]string{"-redis", b.url}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

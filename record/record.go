@@ -6,14 +6,20 @@ package record
 
 import (
 	"encoding/base64"
+	"github.com/airlock-run/airlock/approve"
 	"time"
 	"unicode/utf8"
 )
 
 // States of a run.
 const (
-	StateCompleted = "completed" // every step ended with verdict ok
-	StateFailed    = "failed"    // a step failed, or the run could not be carried out
+	StateCompleted = "completed" // every step ended ok and the spec has no output to publish
+	StateFailed    = "failed"    // a step failed, the output broke its contract, or the run could not be carried out
+	StateParked    = "parked"    // the output waits for a human in the approval queue
+	StateAccepted  = "accepted"  // accepted (by a human or the policy); its promotion is queued
+	StatePromoted  = "promoted"  // the output is published in the store
+	StateRejected  = "rejected"  // a human rejected the output
+	StateExpired   = "expired"   // nobody decided before the approval expired
 )
 
 // Verdicts of a step and of a run. A run's verdict is that of its first
@@ -31,6 +37,8 @@ const (
 	VerdictExecError      = "exec_error"      // the program could not be started
 	VerdictCanceled       = "canceled"        // the worker shut down mid-step
 	VerdictError          = "error"           // the worker failed; see error
+	VerdictSchema         = "schema"          // the result does not satisfy output.schema
+	VerdictOutput         = "output"          // the result or artifacts broke the contract (missing, not a regular file, too large, not JSON)
 )
 
 // Run is the record of one attempt of a task.
@@ -53,6 +61,32 @@ type Run struct {
 	Workspace Workspace `json:"workspace"`
 	Steps     []Step    `json:"steps"`
 	Files     []File    `json:"files,omitempty"`
+
+	// Output contract and its fate. The result and artifacts themselves are
+	// never in the record: a run publishes nothing by itself.
+	ResultBytes  int64              `json:"result_bytes,omitempty"`
+	ResultSHA256 string             `json:"result_sha256,omitempty"`
+	SchemaErrors []Violation        `json:"schema_errors,omitempty"`
+	Artifacts    []approve.Artifact `json:"artifacts,omitempty"`
+	Refused      []File             `json:"refused,omitempty"` // matched an artifact glob but not a regular file
+	Decision     *Decision          `json:"decision,omitempty"`
+	ApprovalID   string             `json:"approval_id,omitempty"`
+	PublishedTo  string             `json:"published_to,omitempty"`
+	DecidedBy    string             `json:"decided_by,omitempty"`
+	DecidedAt    *time.Time         `json:"decided_at,omitempty"`
+}
+
+// Violation is one way a result breaks its schema.
+type Violation struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+// Decision is the risk policy's verdict on an output.
+type Decision struct {
+	Action  string   `json:"action"` // promote | park
+	Rule    string   `json:"rule"`
+	Reasons []string `json:"reasons"`
 }
 
 // Isolation says which confinement tier was in force, one field per tier,
@@ -114,4 +148,10 @@ func Text(b []byte) (string, string) {
 }
 
 // Final reports whether state is one a run does not leave.
-func Final(state string) bool { return state == StateCompleted || state == StateFailed }
+func Final(state string) bool {
+	switch state {
+	case StateCompleted, StateFailed, StatePromoted, StateRejected, StateExpired:
+		return true
+	}
+	return false
+}

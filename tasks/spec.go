@@ -19,6 +19,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/google/uuid"
 )
@@ -49,6 +50,7 @@ type Spec struct {
 	RunID          string            `json:"run_id,omitempty"`
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
 	Queue          string            `json:"queue,omitempty"`
+	Action         string            `json:"action,omitempty"`
 	Timeout        limits.Duration   `json:"timeout,omitempty"`
 	MaxRetry       *int              `json:"max_retry,omitempty"`
 	Files          map[string]string `json:"files,omitempty"`
@@ -161,6 +163,9 @@ func (s *Spec) Prepare(p limits.Policy) error {
 	} else if !queueRE.MatchString(s.Queue) {
 		return &FieldError{Field: "queue", Msg: "must be 1-64 characters of letters, digits, '_' or '-'"}
 	}
+	if s.Action != "" && !nameRE.MatchString(s.Action) {
+		return &FieldError{Field: "action", Msg: "must be 1-64 characters of letters, digits, '.', '_' or '-'"}
+	}
 	if s.Timeout == 0 {
 		s.Timeout = p.DefaultTimeout
 	}
@@ -264,15 +269,9 @@ func (o *Output) check() error {
 			return err
 		}
 	}
-	if len(o.Schema) > 0 {
-		var v any
-		if err := json.Unmarshal(o.Schema, &v); err != nil {
-			return &FieldError{Field: "output.schema", Msg: "is not JSON"}
-		}
-		if _, ok := v.(map[string]any); !ok {
-			if _, ok := v.(bool); !ok {
-				return &FieldError{Field: "output.schema", Msg: "must be a JSON Schema object"}
-			}
+	if len(o.Schema) > 0 && string(o.Schema) != "null" {
+		if err := contract.CheckSchema(o.Schema); err != nil {
+			return &FieldError{Field: "output.schema", Msg: err.Error(), Hint: "a draft-07 JSON Schema, without references to other documents"}
 		}
 		if o.Result == "" {
 			return &FieldError{Field: "output.schema", Msg: "a schema needs output.result, the file it validates"}
@@ -283,8 +282,8 @@ func (o *Output) check() error {
 		if err := CheckPath(f, g); err != nil {
 			return err
 		}
-		if _, err := path.Match(g, ""); err != nil {
-			return &FieldError{Field: f, Msg: fmt.Sprintf("%q is not a glob", g), Hint: "use path.Match syntax, e.g. out/*.csv"}
+		if err := contract.CheckGlob(g); err != nil {
+			return &FieldError{Field: f, Msg: err.Error(), Hint: "use path.Match syntax, e.g. out/*.csv"}
 		}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/hibiken/asynq"
@@ -72,6 +73,10 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 	w.finish(ctx, t, &rec)
+	switch rec.State {
+	case record.StateCompleted, record.StateFailed, record.StateParked:
+		w.emit(ctx, &rec) // the approval store emits accepted and promoted
+	}
 	if rec.State == record.StateFailed {
 		// A step's verdict is deterministic enough: never run it again.
 		return fmt.Errorf("run failed with verdict %s: %w", rec.Verdict, asynq.SkipRetry)
@@ -162,6 +167,11 @@ func (w *Worker) run(ctx context.Context, spec *tasks.Spec, s *slot, rec *record
 				rec.Error = fmt.Sprintf("task timeout %s reached in step %s", spec.Timeout, st.Name)
 			}
 			break
+		}
+	}
+	if rec.State == record.StateCompleted && spec.Output != nil && (spec.Output.Result != "" || len(spec.Output.Artifacts) > 0) {
+		if err := w.output(ctx, spec, ws, rec); err != nil {
+			return err
 		}
 	}
 	used, full, err := ws.Usage()
@@ -257,4 +267,25 @@ func classify(r sandbox.Result, workspaceFull bool, cpuLimit time.Duration) stri
 		return record.VerdictSignal
 	}
 	return record.VerdictExit
+}
+
+// handlePromote is the asynq handler of promote.TypePromote.
+func (w *Worker) handlePromote(ctx context.Context, t *asynq.Task) error {
+	var p promote.Payload
+	if err := json.Unmarshal(t.Payload(), &p); err != nil || p.ApprovalID == "" {
+		return fmt.Errorf("promote: bad payload: %w", asynq.SkipRetry)
+	}
+	log := w.log.With().Str("approval_id", p.ApprovalID).Logger()
+	m, published, err := w.promoter.Promote(ctx, p.ApprovalID)
+	if errors.Is(err, promote.ErrRefused) {
+		log.Error().Err(err).Msg("promotion refused")
+		return fmt.Errorf("%v: %w", err, asynq.SkipRetry)
+	}
+	if err != nil {
+		log.Warn().Err(err).Msg("promotion failed; asynq retries it")
+		return err
+	}
+	log.Info().Str("run_id", m.RunID).Bool("published", published).Str("to", w.cfg.Sink.Where(m.RunID)).
+		Int("artifacts", len(m.Artifacts)).Msg("promoted")
+	return nil
 }

@@ -13,6 +13,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/contract"
+	"github.com/airlock-run/airlock/policy"
+	"github.com/airlock-run/airlock/promote"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,6 +60,14 @@ type Config struct {
 	ShutdownTimeout   time.Duration         // how long shutdown waits before handing tasks back; default 3s
 	Grace             time.Duration         // SIGTERM to SIGKILL; default 500ms
 	Logger            zerolog.Logger
+
+	// Output: contract, risk policy, approvals, promotion.
+	RiskPolicy    *policy.Policy  // default policy.NoPolicy(): every output is parked
+	Sink          promote.Sink    // default promote.FS{Dir: "airlock-store"}
+	ApprovalTTL   time.Duration   // pending approvals expire after it; default 72h
+	Artifacts     contract.Limits // caps of result and artifacts; defaults in contract
+	MaxStaged     int64           // staged artifact bytes per approval; default 32 MiB
+	SweepInterval time.Duration   // approval expiry and promotion catch-up; default 10s
 }
 
 // ErrIsolation is returned by New in strict mode when a tier is missing.
@@ -70,6 +82,10 @@ type Worker struct {
 	all       []*slot
 	isolation record.Isolation
 	name      string
+
+	approvals *approve.Store
+	promoter  *promote.Promoter
+	asynq     *asynq.Client
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when shutdown starts: running steps are canceled
@@ -134,6 +150,21 @@ func (c *Config) defaults() {
 	if c.Grace <= 0 {
 		c.Grace = 500 * time.Millisecond
 	}
+	if c.RiskPolicy == nil {
+		c.RiskPolicy = policy.NoPolicy()
+	}
+	if c.Sink == nil {
+		c.Sink = &promote.FS{Dir: "airlock-store"}
+	}
+	if c.ApprovalTTL <= 0 {
+		c.ApprovalTTL = 72 * time.Hour
+	}
+	if c.MaxStaged <= 0 {
+		c.MaxStaged = 32 << 20
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 10 * time.Second
+	}
 }
 
 // New probes the isolation tiers, sweeps what a killed worker left in the
@@ -179,6 +210,9 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.isolation = w.describe(root)
+	w.approvals = approve.NewStore(cfg.Redis, approve.Options{TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged})
+	w.promoter = &promote.Promoter{Store: w.approvals, Sink: cfg.Sink, Worker: w.name + " " + Version}
+	w.asynq = asynq.NewClientFromRedisClient(cfg.Redis)
 	if strings.HasPrefix(w.isolation.Landlock, "off") {
 		missing = append(missing, "landlock ("+w.isolation.Landlock+")")
 	}
@@ -328,9 +362,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	})
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(tasks.TypeRun, w.handle)
+	mux.HandleFunc(promote.TypePromote, w.handlePromote)
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	sweepDone := make(chan struct{})
+	go func() { defer close(sweepDone); w.sweep(sweepCtx) }()
+	defer func() { stopSweep(); <-sweepDone }()
 	w.log.Info().Strs("queues", queues).Msg("worker started")
 	<-ctx.Done()
 	w.log.Info().Msg("shutting down: no new tasks, running steps are killed and handed back")

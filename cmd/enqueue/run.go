@@ -31,7 +31,7 @@ const readSlack = 1 << 20
 // options are the command's flags and argument.
 type options struct {
 	redisURL    string
-	wait        bool
+	wait        waitMode
 	waitTimeout time.Duration
 	retention   time.Duration
 	queue       string
@@ -74,7 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		redisURL = defaultRedisURL
 	}
 	fs.StringVar(&o.redisURL, "redis", redisURL, "Redis URL (env REDIS_URL)")
-	fs.BoolVar(&o.wait, "wait", false, "wait for the final state and print the run record as one JSON object")
+	fs.Var(&o.wait, "wait", "wait and print the run record as one JSON object: -wait returns once the run is parked or final, -wait=final waits through the approval")
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", 5*time.Minute, "with -wait, give up after this long")
 	fs.DurationVar(&o.retention, "retention", airlock.DefaultRetention, "how long the run record is kept after the task ends")
 	fs.StringVar(&o.queue, "queue", "", "queue to enqueue in, overriding the spec's queue")
@@ -122,13 +122,17 @@ func run(ctx context.Context, o options, stdin io.Reader, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "enqueue: duplicate: idempotency_key %q matches task %s (run_id %s) in queue %q; nothing enqueued\n",
 			spec.IdempotencyKey, enq.TaskID, enq.RunID, enq.Queue)
 	}
-	if !o.wait {
+	if o.wait == "" {
 		_, err := fmt.Fprintln(stdout, enq.TaskID)
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, o.waitTimeout)
 	defer cancel()
-	rec, err := c.Wait(wctx, enq.Queue, enq.TaskID)
+	wait := c.Wait
+	if o.wait == "final" {
+		wait = c.WaitFinal
+	}
+	rec, err := wait(wctx, enq.Queue, enq.TaskID)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return fmt.Errorf("no final state within -wait-timeout %s: %w", o.waitTimeout, err)
 	}
@@ -168,4 +172,25 @@ func readSpec(path string, stdin io.Reader, maxPayload int) ([]byte, error) {
 		}
 	}
 	return data, nil
+}
+
+// waitMode is the -wait flag: "" (do not wait), "true" (until parked or
+// final) or "final" (through the approval).
+type waitMode string
+
+func (w *waitMode) String() string   { return string(*w) }
+func (w *waitMode) IsBoolFlag() bool { return true }
+
+func (w *waitMode) Set(v string) error {
+	switch v {
+	case "true", "parked":
+		*w = "true"
+	case "false":
+		*w = ""
+	case "final":
+		*w = "final"
+	default:
+		return fmt.Errorf("want -wait, -wait=final or -wait=false, got %q", v)
+	}
+	return nil
 }

@@ -13,8 +13,11 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/internal/devredis"
 	"github.com/airlock-run/airlock/limits"
+	"github.com/airlock-run/airlock/policy"
+	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/airlock-run/airlock/worker"
 	"github.com/redis/go-redis/v9"
@@ -28,6 +31,10 @@ type options struct {
 	concurrency, maxPayload                                     int
 	timeout, maxTimeout, checkInterval, shutdownTimeout, grace  time.Duration
 	allowNetwork, landlock, dev                                 bool
+	policyFile, storeDir                                        string
+	approvalTTL, sweepInterval                                  time.Duration
+	maxArtifacts                                                int
+	maxArtifactBytes, maxResultBytes, maxStaged                 string
 }
 
 // Run parses args and runs the worker until ctx ends.
@@ -53,6 +60,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.checkInterval, "task-check-interval", 10*time.Millisecond, "idle queue poll interval (asynq's default of 1s makes idle latency ~600ms)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 3*time.Second, "wait on shutdown before unfinished tasks are handed back")
 	fs.DurationVar(&o.grace, "grace", 500*time.Millisecond, "time between SIGTERM and SIGKILL when a step is stopped")
+	fs.StringVar(&o.policyFile, "policy", "", "risk policy file (JSON or YAML); without one every output is parked")
+	fs.StringVar(&o.storeDir, "store", "airlock-store", "directory promoted outputs are published to")
+	fs.DurationVar(&o.approvalTTL, "approval-ttl", 72*time.Hour, "pending approvals expire after this")
+	fs.DurationVar(&o.sweepInterval, "sweep-interval", 10*time.Second, "how often approvals are expired and promotions caught up")
+	fs.IntVar(&o.maxArtifacts, "max-artifacts", 64, "artifacts per run")
+	fs.StringVar(&o.maxArtifactBytes, "max-artifact-bytes", "32MiB", "total artifact bytes per run")
+	fs.StringVar(&o.maxResultBytes, "max-result-bytes", "1MiB", "size of output.result")
+	fs.StringVar(&o.maxStaged, "max-staged-bytes", "32MiB", "artifact bytes staged in Redis per approval")
 	fs.StringVar(&o.logFormat, "log-format", "json", "json or console")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn, error")
 	fs.BoolVar(&o.dev, "dev", false, "dev mode: embedded Redis, best-effort isolation, a demo task")
@@ -133,7 +148,22 @@ func (o *options) config(log zerolog.Logger) (worker.Config, error) {
 		return worker.Config{}, err
 	}
 	landlock := o.landlock
+	risk := policy.NoPolicy()
+	if o.policyFile != "" {
+		if risk, err = policy.Load(o.policyFile); err != nil {
+			return worker.Config{}, fmt.Errorf("-policy: %w", err)
+		}
+	}
+	var sizes [3]limits.Bytes
+	for i, f := range []struct{ name, v string }{{"-max-artifact-bytes", o.maxArtifactBytes}, {"-max-result-bytes", o.maxResultBytes}, {"-max-staged-bytes", o.maxStaged}} {
+		if sizes[i], err = limits.ParseBytes(f.v); err != nil {
+			return worker.Config{}, fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
 	return worker.Config{
+		RiskPolicy: risk, Sink: &promote.FS{Dir: o.storeDir}, ApprovalTTL: o.approvalTTL,
+		SweepInterval: o.sweepInterval, MaxStaged: int64(sizes[2]),
+		Artifacts:   contract.Limits{MaxCount: o.maxArtifacts, MaxBytes: int64(sizes[0]), MaxResult: int64(sizes[1])},
 		Concurrency: o.concurrency, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
 		Isolation: o.isolation, UIDFirst: first, UIDCount: count, UIDLockDir: o.uidLockDir,
 		Landlock: &landlock, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
@@ -197,16 +227,20 @@ func envOr(k, def string) string {
 // file and writes a JSON result.
 const demoSpec = `{
   "version": 1,
-  "run_id": "demo",
+  "action": "demo.count-words",
   "files": {
     "in/words.txt": "airlock runs agent actions as bounded jobs\n",
-    "count.sh": "set -eu\nwords=$(wc -w < in/words.txt)\nprintf '{\"words\": %d}\\n' \"$words\" > out/result.json\necho \"counted $words words\"\n"
+    "count.sh": "set -eu\nwords=$(wc -w < in/words.txt)\nprintf '{\"words\": %d}\\n' \"$words\" > out/result.json\ntr ' ' '\\n' < in/words.txt > out/words.csv\necho \"counted $words words\"\n"
   },
   "steps": [
     {"name": "count", "run": ["sh", "count.sh"], "timeout": "10s"}
   ],
   "limits": {"memory": "256MiB", "cpu_time": "5s"},
-  "output": {"result": "out/result.json"}
+  "output": {
+    "result": "out/result.json",
+    "schema": {"type": "object", "required": ["words"], "properties": {"words": {"type": "integer", "minimum": 0}}},
+    "artifacts": ["out/*.csv"]
+  }
 }`
 
 // demo enqueues demoSpec, waits for its record and prints it.
@@ -224,8 +258,11 @@ func demo(ctx context.Context, rdb redis.UniversalClient, stdout io.Writer, log 
 				enc := json.NewEncoder(stdout)
 				enc.SetIndent("", "  ")
 				_ = enc.Encode(rec)
-				log.Info().Str("state", rec.State).Str("verdict", rec.Verdict).
-					Msg("demo task done; the worker keeps serving (Ctrl-C to stop)")
+				ev := log.Info().Str("state", rec.State).Str("verdict", rec.Verdict)
+				if rec.ApprovalID != "" {
+					ev = ev.Str("approval_id", rec.ApprovalID).Str("next", "approve accept "+rec.ApprovalID)
+				}
+				ev.Msg("demo task done; the worker keeps serving (Ctrl-C to stop)")
 				return
 			}
 		}

@@ -1,0 +1,82 @@
+// Package approvetest gives tests an approval store of their own in the
+// test Redis (internal/redistest).
+package approvetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Prefix returns a key prefix no other test uses: the name of a queue of
+// redistest.Queue (whose asynq data is deleted when t ends) and a colon.
+// Every key under the prefix is deleted when t ends. The queue is q.
+func Prefix(t testing.TB) (prefix, q string) {
+	t.Helper()
+	q = redistest.Queue(t)
+	prefix = q + ":"
+	url := redistest.URL(t)
+	t.Cleanup(func() {
+		if err := DeleteKeys(url, prefix); err != nil {
+			t.Errorf("approvetest: deleting the keys under %s: %v", prefix, err)
+		}
+	})
+	return prefix, q
+}
+
+// Store returns a store under a fresh prefix (see Prefix), with opts
+// (whose Prefix it sets), the client it uses and the prefix's queue.
+func Store(t testing.TB, opts approve.Options) (*approve.Store, redis.UniversalClient, string) {
+	t.Helper()
+	prefix, q := Prefix(t)
+	rdb := redistest.Client(t)
+	opts.Prefix = prefix
+	return approve.NewStore(rdb, opts), rdb, q
+}
+
+// DeleteKeys deletes every key under prefix (SCAN then DEL).
+func DeleteKeys(url, prefix string) error {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return err
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	iter := c.Scan(ctx, 0, escape(prefix)+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 1000 {
+			if err := c.Unlink(ctx, keys...).Err(); err != nil {
+				return err
+			}
+			keys = keys[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(keys) > 0 {
+		return c.Unlink(ctx, keys...).Err()
+	}
+	return nil
+}
+
+// escape quotes the glob characters of s for SCAN MATCH.
+func escape(s string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			out = append(out, '\\')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}

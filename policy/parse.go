@@ -1,0 +1,700 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ErrInvalid is matched (errors.Is) by every error of a policy that does not
+// parse.
+var ErrInvalid = errors.New("invalid policy")
+
+// ParseError says what is wrong with a policy, and where.
+type ParseError struct {
+	File  string // the policy file; "" for Parse
+	Line  int    // 1-based; 0 when unknown
+	Field string // e.g. "rules[2].when.result.op"; "" for the document
+	Msg   string
+}
+
+func (e *ParseError) Error() string {
+	var parts []string
+	switch {
+	case e.File != "" && e.Line > 0:
+		parts = append(parts, fmt.Sprintf("%s:%d", e.File, e.Line))
+	case e.File != "":
+		parts = append(parts, e.File)
+	case e.Line > 0:
+		parts = append(parts, fmt.Sprintf("line %d", e.Line))
+	}
+	if e.Field != "" {
+		parts = append(parts, e.Field)
+	}
+	return strings.Join(append(parts, e.Msg), ": ")
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *ParseError) Is(target error) bool { return target == ErrInvalid }
+
+// maxFile bounds a policy file.
+const maxFile = 1 << 20
+
+// Load reads the policy file path, JSON or YAML as its extension says
+// (.json, .yaml or .yml). A policy that does not parse is a *ParseError
+// naming the file, the line when known, and the field.
+func Load(path string) (*Policy, error) {
+	format := strings.ToLower(filepath.Ext(path))
+	switch format {
+	case ".json", ".yaml", ".yml":
+	default:
+		return nil, &ParseError{File: path, Msg: fmt.Sprintf("unknown extension %q: a policy file ends in .json, .yaml or .yml", filepath.Ext(path))}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("policy: read %s: %w", path, err)
+	}
+	if len(data) > maxFile {
+		return nil, &ParseError{File: path, Msg: fmt.Sprintf("larger than %d bytes", maxFile)}
+	}
+	p, err := Parse(data, format)
+	if pe := (*ParseError)(nil); errors.As(err, &pe) {
+		pe.File = path
+	}
+	return p, err
+}
+
+// Parse parses a policy of format "json" or "yaml" (or "yml"; a leading dot
+// is allowed). Unknown keys, wrong types and bad values are *ParseError
+// naming the field.
+func Parse(data []byte, format string) (*Policy, error) {
+	var (
+		root *node
+		err  error
+	)
+	switch strings.TrimPrefix(strings.ToLower(format), ".") {
+	case "json":
+		root, err = jsonTree(data)
+	case "yaml", "yml":
+		root, err = yamlTree(data)
+	default:
+		return nil, &ParseError{Msg: fmt.Sprintf("unknown format %q: use json or yaml", format)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parsePolicy(root)
+}
+
+// node is a parsed JSON or YAML value.
+type node struct {
+	kind  nodeKind
+	keys  []string // mapNode, in order
+	vals  []*node  // mapNode, with keys
+	items []*node  // listNode
+	value any      // scalarNode: string, bool, nil or number
+	plain string   // YAML: the text of an unquoted number or boolean
+	line  int
+}
+
+type nodeKind int
+
+const (
+	scalarNode nodeKind = iota
+	mapNode
+	listNode
+)
+
+// number is a numeric scalar.
+type number struct {
+	f     float64
+	i     int64
+	isInt bool
+}
+
+func (n *node) what() string {
+	switch n.kind {
+	case mapNode:
+		return "a mapping"
+	case listNode:
+		return "a list"
+	}
+	switch v := n.value.(type) {
+	case nil:
+		return "null"
+	case string:
+		return fmt.Sprintf("the string %q", v)
+	case bool:
+		return fmt.Sprintf("%t", v)
+	case number:
+		return "the number " + strconv.FormatFloat(v.f, 'g', -1, 64)
+	}
+	return "a value"
+}
+
+// maxDepth bounds the nesting of a policy document.
+const maxDepth = 32
+
+// jsonTree parses one JSON value, keeping the order of keys and rejecting
+// duplicates.
+func jsonTree(data []byte) (*node, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	fail := func(err error) error {
+		pe := &ParseError{Msg: "not JSON: " + err.Error()}
+		var se *json.SyntaxError
+		off := dec.InputOffset()
+		if errors.As(err, &se) {
+			off = se.Offset
+		}
+		if off > int64(len(data)) {
+			off = int64(len(data))
+		}
+		pe.Line = 1 + bytes.Count(data[:off], []byte("\n"))
+		return pe
+	}
+	lineAt := func() int {
+		off := min(dec.InputOffset(), int64(len(data)))
+		return 1 + bytes.Count(data[:off], []byte("\n"))
+	}
+	var value func(depth int, field string) (*node, error)
+	value = func(depth int, field string) (*node, error) {
+		if depth > maxDepth {
+			return nil, &ParseError{Line: lineAt(), Field: field, Msg: fmt.Sprintf("nested deeper than %d levels", maxDepth)}
+		}
+		tok, err := dec.Token()
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fail(err)
+		}
+		line := lineAt()
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				n := &node{kind: mapNode, line: line}
+				for dec.More() {
+					kt, err := dec.Token()
+					if err != nil {
+						return nil, fail(err)
+					}
+					k := kt.(string) // the decoder checks that keys are strings
+					if slices.Contains(n.keys, k) {
+						return nil, &ParseError{Line: lineAt(), Field: field, Msg: fmt.Sprintf("key %q appears twice", k)}
+					}
+					v, err := value(depth+1, join(field, k))
+					if err != nil {
+						return nil, err
+					}
+					n.keys, n.vals = append(n.keys, k), append(n.vals, v)
+				}
+				if _, err := dec.Token(); err != nil {
+					return nil, fail(err)
+				}
+				return n, nil
+			case '[':
+				n := &node{kind: listNode, line: line}
+				for dec.More() {
+					v, err := value(depth+1, fmt.Sprintf("%s[%d]", field, len(n.items)))
+					if err != nil {
+						return nil, err
+					}
+					n.items = append(n.items, v)
+				}
+				if _, err := dec.Token(); err != nil {
+					return nil, fail(err)
+				}
+				return n, nil
+			}
+		case json.Number:
+			num, err := parseNumber(string(t))
+			if err != nil {
+				return nil, &ParseError{Line: line, Field: field, Msg: err.Error()}
+			}
+			return &node{value: num, line: line}, nil
+		}
+		return &node{value: tok, line: line}, nil // string, bool or nil
+	}
+	root, err := value(0, "")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, &ParseError{Line: lineAt(), Msg: "not JSON: data after the policy's object"}
+	}
+	return root, nil
+}
+
+func parseNumber(s string) (number, error) {
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return number{f: float64(i), i: i, isInt: true}, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return number{}, fmt.Errorf("number %s is out of range", s)
+	}
+	n := number{f: f}
+	if f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
+		n.i, n.isInt = int64(f), true
+	}
+	return n, nil
+}
+
+// yamlLineRE finds the line in a YAML syntax error.
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// yamlTree parses one YAML document. Anchors, aliases, merge keys and tags
+// other than the core schema's are refused: a policy is plain data.
+func yamlTree(data []byte) (*node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if err == io.EOF { // an empty file
+			return &node{kind: mapNode}, nil
+		}
+		pe := &ParseError{Msg: "not YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+		if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+			pe.Line, _ = strconv.Atoi(m[1])
+			pe.Msg = "not YAML: " + m[2]
+		}
+		return nil, pe
+	}
+	var more yaml.Node
+	if err := dec.Decode(&more); err != io.EOF {
+		return nil, &ParseError{Line: more.Line, Msg: "more than one YAML document"}
+	}
+	if len(doc.Content) == 0 {
+		return &node{kind: mapNode}, nil
+	}
+	return convertYAML(doc.Content[0], "", 0)
+}
+
+func convertYAML(y *yaml.Node, field string, depth int) (*node, error) {
+	fail := func(format string, args ...any) error {
+		return &ParseError{Line: y.Line, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	if depth > maxDepth {
+		return nil, fail("nested deeper than %d levels", maxDepth)
+	}
+	if y.Anchor != "" {
+		return nil, fail("anchors (&%s) are not supported", y.Anchor)
+	}
+	switch y.Kind {
+	case yaml.AliasNode:
+		return nil, fail("aliases (*%s) are not supported", y.Value)
+	case yaml.MappingNode:
+		n := &node{kind: mapNode, line: y.Line}
+		for i := 0; i+1 < len(y.Content); i += 2 {
+			k, v := y.Content[i], y.Content[i+1]
+			if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
+				return nil, &ParseError{Line: k.Line, Field: field, Msg: "keys must be plain strings (no merge keys or complex keys)"}
+			}
+			if slices.Contains(n.keys, k.Value) {
+				return nil, &ParseError{Line: k.Line, Field: field, Msg: fmt.Sprintf("key %q appears twice", k.Value)}
+			}
+			c, err := convertYAML(v, join(field, k.Value), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			n.keys, n.vals = append(n.keys, k.Value), append(n.vals, c)
+		}
+		return n, nil
+	case yaml.SequenceNode:
+		n := &node{kind: listNode, line: y.Line}
+		for i, item := range y.Content {
+			c, err := convertYAML(item, fmt.Sprintf("%s[%d]", field, i), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			n.items = append(n.items, c)
+		}
+		return n, nil
+	case yaml.ScalarNode:
+		n := &node{line: y.Line}
+		if y.Style == 0 {
+			n.plain = y.Value
+		}
+		switch tag := y.ShortTag(); tag {
+		case "!!str":
+			n.value = y.Value
+		case "!!null":
+		case "!!bool":
+			var b bool
+			if err := y.Decode(&b); err != nil {
+				return nil, fail("%v", err)
+			}
+			n.value = b
+		case "!!int", "!!float":
+			var f float64
+			if err := y.Decode(&f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+				return nil, fail("number %s is out of range", y.Value)
+			}
+			num := number{f: f}
+			var i int64
+			if tag == "!!int" && y.Decode(&i) == nil {
+				num.i, num.isInt = i, true
+			} else if f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
+				num.i, num.isInt = int64(f), true
+			}
+			n.value = num
+		default:
+			return nil, fail("values tagged %s are not supported", tag)
+		}
+		return n, nil
+	}
+	return nil, fail("unsupported YAML node")
+}
+
+// join returns the field path of key below field.
+func join(field, key string) string {
+	if field == "" {
+		return key
+	}
+	return field + "." + key
+}
+
+// The policy's schema, checked field by field.
+
+func fieldErr(n *node, field, format string, args ...any) error {
+	return &ParseError{Line: n.line, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// fields checks that n is a mapping whose keys are all known, and returns
+// its values by key.
+func fields(n *node, field string, known ...string) (map[string]*node, error) {
+	if n.kind != mapNode {
+		return nil, fieldErr(n, field, "must be a mapping, not %s", n.what())
+	}
+	m := make(map[string]*node, len(n.keys))
+	for i, k := range n.keys {
+		if !slices.Contains(known, k) {
+			return nil, fieldErr(n.vals[i], join(field, k), "unknown key %q (known: %s)", k, strings.Join(known, ", "))
+		}
+		m[k] = n.vals[i]
+	}
+	return m, nil
+}
+
+var (
+	nameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	queueRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+)
+
+func parsePolicy(root *node) (*Policy, error) {
+	if root.kind == scalarNode && root.value == nil { // an empty YAML document
+		root = &node{kind: mapNode}
+	}
+	top, err := fields(root, "", "default", "rules")
+	if err != nil {
+		return nil, err
+	}
+	p := &Policy{def: Park}
+	if n, ok := top["default"]; ok {
+		if p.def, err = decision(n, "default"); err != nil {
+			return nil, err
+		}
+	}
+	rules, ok := top["rules"]
+	if !ok || (rules.kind == scalarNode && rules.value == nil) {
+		return p, nil
+	}
+	if rules.kind != listNode {
+		return nil, fieldErr(rules, "rules", "must be a list of rules, not %s", rules.what())
+	}
+	seen := map[string]int{}
+	for i, rn := range rules.items {
+		field := fmt.Sprintf("rules[%d]", i)
+		r, err := parseRule(rn, field)
+		if err != nil {
+			return nil, err
+		}
+		if j, dup := seen[r.name]; dup {
+			return nil, fieldErr(rn, field+".name", "%q is the name of rules[%d] too; names must be unique", r.name, j)
+		}
+		seen[r.name] = i
+		p.rules = append(p.rules, r)
+	}
+	return p, nil
+}
+
+// text returns the string of a scalar node. In YAML, an unquoted name that
+// looks like a number or a boolean (queue: [2024]) is read as written.
+func text(n *node) (string, bool) {
+	if n.kind != scalarNode {
+		return "", false
+	}
+	switch v := n.value.(type) {
+	case string:
+		return v, true
+	case number, bool:
+		if n.plain != "" {
+			return n.plain, true
+		}
+	}
+	return "", false
+}
+
+func decision(n *node, field string) (string, error) {
+	s, ok := n.value.(string)
+	if n.kind != scalarNode || !ok || (s != Park && s != Promote) {
+		return "", fieldErr(n, field, "%s is not a decision: use park or promote", n.what())
+	}
+	return s, nil
+}
+
+func parseRule(n *node, field string) (*rule, error) {
+	m, err := fields(n, field, "name", "when", "then")
+	if err != nil {
+		return nil, err
+	}
+	r := &rule{}
+	nn, ok := m["name"]
+	if !ok {
+		return nil, fieldErr(n, field+".name", "is required")
+	}
+	name, isStr := text(nn)
+	switch {
+	case !isStr:
+		return nil, fieldErr(nn, field+".name", "must be a string, not %s", nn.what())
+	case name == RuleDefault || name == RuleSpec || name == RuleNoPolicy:
+		return nil, fieldErr(nn, field+".name", "%q is reserved: decisions name it when no rule decided", name)
+	case !nameRE.MatchString(name):
+		return nil, fieldErr(nn, field+".name", "%q must be 1-64 characters of letters, digits, '.', '_' or '-'", name)
+	}
+	r.name = name
+	tn, ok := m["then"]
+	if !ok {
+		return nil, fieldErr(n, field+".then", "is required: park or promote")
+	}
+	if r.then, err = decision(tn, field+".then"); err != nil {
+		return nil, err
+	}
+	wn, ok := m["when"]
+	if !ok {
+		return nil, fieldErr(n, field+".when", "is required: a rule needs at least one condition")
+	}
+	if r.conds, err = parseWhen(wn, field+".when"); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func parseWhen(n *node, field string) ([]cond, error) {
+	m, err := fields(n, field, "queue", "action", "artifact_bytes_over", "result", "network", "stderr", "secret_in_artifacts")
+	if err != nil {
+		return nil, err
+	}
+	if len(m) == 0 {
+		return nil, fieldErr(n, field, "a rule needs at least one condition")
+	}
+	// Conditions in a fixed order, whatever the file's, so that reasons read
+	// the same way.
+	var conds []cond
+	if c, ok := m["queue"]; ok {
+		qs, err := stringList(c, field+".queue", "queue")
+		if err != nil {
+			return nil, err
+		}
+		for i, q := range qs {
+			if !queueRE.MatchString(q) {
+				return nil, fieldErr(c, fmt.Sprintf("%s.queue[%d]", field, i), "%q is not a queue name", q)
+			}
+		}
+		conds = append(conds, queueCond(qs))
+	}
+	if c, ok := m["action"]; ok {
+		as, err := stringList(c, field+".action", "action")
+		if err != nil {
+			return nil, err
+		}
+		conds = append(conds, actionCond(as))
+	}
+	if c, ok := m["artifact_bytes_over"]; ok {
+		num, isNum := c.value.(number)
+		if c.kind != scalarNode || !isNum || !num.isInt || num.i < 0 {
+			return nil, fieldErr(c, field+".artifact_bytes_over", "must be a whole number of bytes, at least 0, not %s", c.what())
+		}
+		conds = append(conds, bytesOverCond(num.i))
+	}
+	if c, ok := m["result"]; ok {
+		rc, err := parseResult(c, field+".result")
+		if err != nil {
+			return nil, err
+		}
+		conds = append(conds, rc.eval)
+	}
+	flags := []struct {
+		key     string
+		get     func(*facts) bool
+		yes, no string
+	}{
+		{"network", func(f *facts) bool { return f.Network }, "the run had network", "the run had no network"},
+		{"stderr", func(f *facts) bool { return f.Stderr }, "a step wrote to stderr", "no step wrote to stderr"},
+		{"secret_in_artifacts", func(f *facts) bool { return f.SecretInArtifacts }, "a secret's value appears in an artifact", "no secret's value appears in an artifact"},
+	}
+	for _, fl := range flags {
+		c, ok := m[fl.key]
+		if !ok {
+			continue
+		}
+		b, isBool := c.value.(bool)
+		if c.kind != scalarNode || !isBool {
+			return nil, fieldErr(c, field+"."+fl.key, "must be true or false, not %s", c.what())
+		}
+		conds = append(conds, flagCond(fl.get, b, fl.yes, fl.no))
+	}
+	return conds, nil
+}
+
+func stringList(n *node, field, what string) ([]string, error) {
+	if n.kind != listNode {
+		return nil, fieldErr(n, field, "must be a list of %s names, not %s", what, n.what())
+	}
+	if len(n.items) == 0 {
+		return nil, fieldErr(n, field, "must list at least one %s", what)
+	}
+	out := make([]string, len(n.items))
+	for i, it := range n.items {
+		s, ok := text(it)
+		if !ok || s == "" {
+			return nil, fieldErr(it, fmt.Sprintf("%s[%d]", field, i), "must be a non-empty string, not %s", it.what())
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+var ops = []string{">", ">=", "<", "<=", "==", "!=", "in", "not_in", "exists"}
+
+func parseResult(n *node, field string) (*resultCond, error) {
+	m, err := fields(n, field, "pointer", "op", "value")
+	if err != nil {
+		return nil, err
+	}
+	c := &resultCond{}
+	pn, ok := m["pointer"]
+	if !ok {
+		return nil, fieldErr(n, field+".pointer", "is required: a JSON pointer such as /amount")
+	}
+	ptr, isStr := pn.value.(string)
+	if pn.kind != scalarNode || !isStr {
+		return nil, fieldErr(pn, field+".pointer", "must be a JSON pointer string, not %s", pn.what())
+	}
+	if c.tokens, err = parsePointer(ptr); err != nil {
+		return nil, fieldErr(pn, field+".pointer", "%v", err)
+	}
+	c.pointer = ptr
+	on, ok := m["op"]
+	if !ok {
+		return nil, fieldErr(n, field+".op", "is required: one of %s", strings.Join(ops, " "))
+	}
+	op, isStr := on.value.(string)
+	if on.kind != scalarNode || !isStr || !slices.Contains(ops, op) {
+		v := on.what()
+		if isStr {
+			v = strconv.Quote(op)
+		}
+		return nil, fieldErr(on, field+".op", "unknown operator %s: use one of %s", v, strings.Join(ops, " "))
+	}
+	c.op = op
+	vn, hasValue := m["value"]
+	switch op {
+	case "exists":
+		if hasValue {
+			return nil, fieldErr(vn, field+".value", "exists takes no value")
+		}
+	case "in", "not_in":
+		if !hasValue || vn.kind != listNode || len(vn.items) == 0 {
+			return nil, valueErr(n, vn, field, "%s needs a non-empty list of numbers, strings or booleans", op)
+		}
+		for i, it := range vn.items {
+			v, ok := scalarValue(it)
+			if !ok {
+				return nil, fieldErr(it, fmt.Sprintf("%s.value[%d]", field, i), "must be a number, string or boolean, not %s", it.what())
+			}
+			c.list = append(c.list, v)
+		}
+	case "==", "!=":
+		v, ok := scalarValue(orNil(vn))
+		if !hasValue || !ok {
+			return nil, valueErr(n, vn, field, "%s needs a number, string or boolean", op)
+		}
+		c.value = v
+	default: // > >= < <=
+		v, ok := scalarValue(orNil(vn))
+		if _, isNum := v.(float64); !hasValue || !ok || !isNum {
+			return nil, valueErr(n, vn, field, "%s needs a number", op)
+		}
+		c.value = v
+	}
+	return c, nil
+}
+
+func orNil(n *node) *node {
+	if n == nil {
+		return &node{}
+	}
+	return n
+}
+
+// valueErr is the error of a value that is missing or of the wrong type.
+func valueErr(parent, vn *node, field, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	if vn == nil {
+		return fieldErr(parent, field+".value", "is required: %s", msg)
+	}
+	return fieldErr(vn, field+".value", "%s, not %s", msg, vn.what())
+}
+
+// scalarValue returns the value of a number, string or boolean node, numbers
+// as float64.
+func scalarValue(n *node) (any, bool) {
+	if n.kind != scalarNode {
+		return nil, false
+	}
+	switch v := n.value.(type) {
+	case number:
+		return v.f, true
+	case string, bool:
+		return v, true
+	}
+	return nil, false
+}
+
+// parsePointer splits an RFC 6901 JSON pointer into its unescaped tokens.
+func parsePointer(p string) ([]string, error) {
+	if p == "" {
+		return nil, nil
+	}
+	if p[0] != '/' {
+		return nil, fmt.Errorf("%q is not a JSON pointer: it must be empty or start with /", p)
+	}
+	toks := strings.Split(p[1:], "/")
+	for i, t := range toks {
+		for j := 0; j < len(t); j++ {
+			if t[j] == '~' && (j+1 == len(t) || (t[j+1] != '0' && t[j+1] != '1')) {
+				return nil, fmt.Errorf("%q is not a JSON pointer: ~ must be followed by 0 or 1", p)
+			}
+		}
+		toks[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+	}
+	return toks, nil
+}

@@ -1,0 +1,42 @@
+// Package promote publishes an accepted run's output to durable storage,
+// exactly once: the promote task is idempotent by approval id, and a Sink
+// publishes a run's files all at once or not at all.
+package promote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// TypePromote is the asynq task type of a promotion.
+const TypePromote = "airlock:promote"
+
+// Payload is the promote task's payload.
+type Payload struct {
+	ApprovalID string `json:"approval_id"`
+}
+
+// TaskID is the promote task's id for an approval: enqueuing it twice (a
+// double accept, a sweeper catching up) never makes a second task.
+func TaskID(approvalID string) string { return "promote-" + approvalID }
+
+// Enqueue asks a worker serving queue to promote an accepted approval. It
+// is idempotent: an existing task for the same approval counts as success.
+func Enqueue(ctx context.Context, c *asynq.Client, queue, approvalID string) error {
+	payload, _ := json.Marshal(Payload{ApprovalID: approvalID})
+	_, err := c.EnqueueContext(ctx, asynq.NewTask(TypePromote, payload),
+		asynq.Queue(queue), asynq.TaskID(TaskID(approvalID)), asynq.MaxRetry(10),
+		asynq.Timeout(10*time.Minute), asynq.Retention(24*time.Hour))
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("enqueue promotion of %s: %w", approvalID, err)
+	}
+	return nil
+}

@@ -1,0 +1,90 @@
+package promote
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlock-run/airlock/approve"
+)
+
+// ErrRefused marks a promotion that must not happen and must not be
+// retried: the approval is not accepted, or staged bytes changed since
+// they were approved.
+var ErrRefused = errors.New("promotion refused")
+
+// Promoter publishes accepted approvals to a Sink.
+type Promoter struct {
+	Store  *approve.Store
+	Sink   Sink
+	Worker string // recorded as promoted_by
+}
+
+// Promote publishes the output of an accepted approval, exactly once:
+// publishing an approval that was already published changes nothing, and
+// the approval is marked promoted in either case. It returns the manifest
+// and whether this call published it.
+func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, bool, error) {
+	a, err := p.Store.Get(ctx, approvalID)
+	if errors.Is(err, approve.ErrNotFound) {
+		return nil, false, fmt.Errorf("%w: approval %s not found", ErrRefused, approvalID)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if a.State != approve.StateAccepted {
+		return nil, false, fmt.Errorf("%w: approval %s is %s, not accepted", ErrRefused, a.ID, a.State)
+	}
+	m := &Manifest{
+		RunID: a.RunID, TaskID: a.TaskID, ApprovalID: a.ID,
+		AcceptedBy: a.DecidedBy, AcceptedAt: a.DecidedAt, Comment: a.Comment, Reasons: a.Reasons,
+		Artifacts: []File{}, Run: a.Run, PromotedBy: p.Worker,
+	}
+	if !a.PromotedAt.IsZero() {
+		m.PromotedAt = a.PromotedAt
+		return m, false, nil // done by an earlier try
+	}
+	files := map[string][]byte{}
+	if len(a.Result) > 0 {
+		if sum := hexSHA(a.Result); sum != a.ResultSHA256 {
+			return nil, false, fmt.Errorf("%w: result of %s: sha256 %s, approved %s", ErrRefused, a.ID, sum, a.ResultSHA256)
+		}
+		files[ResultName] = a.Result
+		m.Result = &File{Name: ResultName, Bytes: int64(len(a.Result)), SHA256: a.ResultSHA256, ContentType: "application/json"}
+	}
+	for _, art := range a.Artifacts {
+		data, err := p.Store.Data(ctx, a.ID, art.Name)
+		if err != nil {
+			return nil, false, fmt.Errorf("staged %s of %s: %w", art.Name, a.ID, err)
+		}
+		if sum := hexSHA(data); sum != art.SHA256 || int64(len(data)) != art.Bytes {
+			return nil, false, fmt.Errorf("%w: staged %s of %s changed since it was approved: sha256 %s (%d bytes), approved %s (%d bytes)",
+				ErrRefused, art.Name, a.ID, sum, len(data), art.SHA256, art.Bytes)
+		}
+		if art.Name == ResultName {
+			return nil, false, fmt.Errorf("%w: artifact %s clashes with the result", ErrRefused, art.Name)
+		}
+		files[art.Name] = data
+		m.Artifacts = append(m.Artifacts, File{Name: art.Name, Bytes: art.Bytes, SHA256: art.SHA256, ContentType: art.ContentType})
+	}
+	m.PromotedAt = time.Now().UTC()
+	published, err := p.Sink.Publish(ctx, m, files)
+	if errors.Is(err, ErrConflict) {
+		return nil, false, fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := p.Store.MarkPromoted(ctx, a.ID, m.PromotedAt); err != nil {
+		return nil, published, err
+	}
+	return m, published, nil
+}
+
+func hexSHA(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
