@@ -11,12 +11,14 @@ package main
 
 import (
 	"context"
+	"github.com/airlock-run/airlock/internal/redislog"
 	"os"
 	"os/signal"
 	"syscall"
 )
 
 func main() {
+	redislog.Discard()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/internal/devredis"
+	"github.com/airlock-run/airlock/internal/redislog"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/promote"
@@ -82,6 +83,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	redislog.To(log)
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 	if o.dev {

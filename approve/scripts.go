@@ -1,0 +1,185 @@
+package approve
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-run/airlock/events"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// luaView returns the approval's fields as a flat list: all of them when
+// ARGV[full] is "1", else the summary fields.
+func luaView(full int) string {
+	q := make([]string, len(summaryFields))
+	for i, f := range summaryFields {
+		q[i] = "'" + f + "'"
+	}
+	return `
+local function view()
+  if ARGV[` + strconv.Itoa(full) + `] == '1' then return redis.call('HGETALL', KEYS[1]) end
+  local f = {` + strings.Join(q, ", ") + `}
+  local v = redis.call('HMGET', KEYS[1], unpack(f))
+  local out = {}
+  for i = 1, #f do
+    if v[i] then out[#out+1] = f[i]; out[#out+1] = v[i] end
+  end
+  return out
+end
+local function finish(ms)
+  local r = tonumber(ms)
+  if r > 0 then
+    for k = 1, 3 do redis.call('PEXPIRE', KEYS[k], r) end
+  end
+end
+`
+}
+
+// parkScript stores a new approval unless its id exists.
+// KEYS: hash, data, audit. ARGV: to, by, comment, at, n, then n record
+// arguments (field, value pairs), then data arguments (name, bytes pairs).
+var parkScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local n = tonumber(ARGV[5])
+for i = 6, 5 + n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1]) end
+for i = 6 + n, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i+1]) end
+redis.call('XADD', KEYS[3], '*', 'from', '', 'to', ARGV[1], 'by', ARGV[2], 'comment', ARGV[3], 'at', ARGV[4])
+return 1
+`)
+
+// decideScript is the compare-and-set of a decision.
+// KEYS: hash, data, audit. ARGV: to (accepted, rejected, or "expire" for
+// the sweeper), by, comment, now, retention ms (0: none), full view ("1").
+// Returns {status, view}: status notfound, decided (not pending), expired
+// (it just expired), notdue (expire only) or ok.
+var decideScript = redis.NewScript(luaView(6) + `
+local st = redis.call('HMGET', KEYS[1], 'state', 'expires_at')
+if not st[1] then return {'notfound', {}} end
+if st[1] ~= 'pending' then return {'decided', view()} end
+local exp = tonumber(st[2])
+if exp and tonumber(ARGV[4]) >= exp then
+  redis.call('HSET', KEYS[1], 'state', 'expired', 'decided_at', st[2])
+  redis.call('HDEL', KEYS[1], 'decided_by', 'comment')
+  redis.call('DEL', KEYS[2])
+  redis.call('XADD', KEYS[3], '*', 'from', 'pending', 'to', 'expired', 'by', '', 'comment', '', 'at', st[2])
+  finish(ARGV[5])
+  return {'expired', view()}
+end
+if ARGV[1] == 'expire' then return {'notdue', view()} end
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'decided_by', ARGV[2], 'decided_at', ARGV[4], 'comment', ARGV[3])
+redis.call('XADD', KEYS[3], '*', 'from', 'pending', 'to', ARGV[1], 'by', ARGV[2], 'comment', ARGV[3], 'at', ARGV[4])
+if ARGV[1] == 'rejected' then
+  redis.call('DEL', KEYS[2])
+  finish(ARGV[5])
+end
+return {'ok', view()}
+`)
+
+// promoteScript marks an accepted approval promoted.
+// KEYS: hash, data, audit. ARGV: at, retention ms, full view ("0").
+// Returns {status, view}: notfound, notaccepted, already or ok.
+var promoteScript = redis.NewScript(luaView(3) + `
+local st = redis.call('HMGET', KEYS[1], 'state', 'promoted_at')
+if not st[1] then return {'notfound', {}} end
+if st[1] ~= 'accepted' then return {'notaccepted', view()} end
+if st[2] then return {'already', view()} end
+redis.call('HSET', KEYS[1], 'promoted_at', ARGV[1])
+redis.call('DEL', KEYS[2])
+redis.call('XADD', KEYS[3], '*', 'from', 'accepted', 'to', 'promoted', 'by', '', 'comment', '', 'at', ARGV[1])
+finish(ARGV[2])
+return {'ok', view()}
+`)
+
+func (s *Store) retentionMS() int64 {
+	if s.retention < 0 {
+		return 0
+	}
+	return max(s.retention.Milliseconds(), 1)
+}
+
+// scriptReply splits a script's {status, view} reply.
+func scriptReply(v any) (string, *Approval, error) {
+	l, ok := v.([]any)
+	if !ok || len(l) != 2 {
+		return "", nil, fmt.Errorf("approve: unexpected script reply %v", v)
+	}
+	status, _ := l[0].(string)
+	a, err := decodePairs(l[1])
+	return status, a, err
+}
+
+// indexOps queues the index updates that match a's state.
+func (s *Store) indexOps(ctx context.Context, p redis.Pipeliner, a *Approval) {
+	id := a.ID
+	z := func(t time.Time) redis.Z { return redis.Z{Score: float64(t.UnixMicro()), Member: id} }
+	if !a.CreatedAt.IsZero() {
+		p.ZAdd(ctx, s.index(idxAll), z(a.CreatedAt))
+	}
+	if a.State == StatePending {
+		p.ZAdd(ctx, s.index(idxPending), z(a.CreatedAt))
+		if a.ExpiresAt.IsZero() {
+			p.ZRem(ctx, s.index(idxExpiry), id)
+		} else {
+			p.ZAdd(ctx, s.index(idxExpiry), z(a.ExpiresAt))
+		}
+		return
+	}
+	p.ZRem(ctx, s.index(idxPending), id)
+	p.ZRem(ctx, s.index(idxExpiry), id)
+	switch a.State {
+	case StateAccepted, StateRejected, StateExpired:
+		p.ZAdd(ctx, s.index(a.State), z(a.DecidedAt))
+	}
+	if a.State == StateAccepted && a.PromotedAt.IsZero() {
+		p.ZAdd(ctx, s.index(idxUnpromoted), z(a.DecidedAt))
+	} else {
+		p.ZRem(ctx, s.index(idxUnpromoted), id)
+	}
+}
+
+// auditOp queues the global audit entry of a transition.
+func (s *Store) auditOp(ctx context.Context, p redis.Pipeliner, id string, e Event) {
+	p.XAdd(ctx, &redis.XAddArgs{
+		Stream: s.auditKey(), MaxLen: auditMaxLen, Approx: true,
+		Values: []any{"id", id, "from", e.From, "to", e.To, "by", e.By, "comment", e.Comment, "at", micros(e.At)},
+	})
+}
+
+// runEventOp queues the run's state change, for transitions that change
+// the run's state, on the events stream (see package events; its key is
+// the store's prefix + "events", "airlock:events" by default).
+func (s *Store) runEventOp(ctx context.Context, p redis.Pipeliner, a *Approval, e Event) {
+	switch e.To {
+	case StateAccepted, StateRejected, StateExpired, EventPromoted:
+	default:
+		return // pending: the worker's own "parked" event says it
+	}
+	p.XAdd(ctx, &redis.XAddArgs{
+		Stream: s.prefix + "events", MaxLen: events.MaxLen, Approx: true,
+		Values: []any{"run_id", a.RunID, "task_id", a.TaskID, "state", e.To, "verdict", "ok",
+			"approval_id", a.ID, "time", e.At.UTC().Format(time.RFC3339Nano)},
+	})
+}
+
+// after updates the indexes to match a (when not nil) and appends e (when
+// not nil) to the global audit stream, in one round trip.
+func (s *Store) after(ctx context.Context, a *Approval, e *Event) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if a != nil {
+			s.indexOps(ctx, p, a)
+		}
+		if e != nil {
+			s.auditOp(ctx, p, a.ID, *e)
+			s.runEventOp(ctx, p, a, *e)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("approve: %s: the transition is stored but updating the indexes failed: %w", a.ID, err)
+	}
+	return nil
+}
