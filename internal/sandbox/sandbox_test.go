@@ -18,38 +18,46 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// setup starts a slot in the strongest mode this process can have, with a
-// workspace dir owned by the slot's uid.
-func setup(t *testing.T) (*Slot, string) {
-	t.Helper()
-	root := t.TempDir()
-	_ = os.Chmod(filepath.Dir(root), 0o711)
-	if err := os.Chmod(root, 0o711); err != nil {
-		t.Fatal(err)
+// testConfig is the strongest slot configuration this process can have,
+// with a slot directory slot uids can reach.
+func testConfig(tb testing.TB) SlotConfig {
+	tb.Helper()
+	root := tb.TempDir()
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	cfg := SlotConfig{UID: -1, GID: -1, SlotDir: root, Landlock: true, Stderr: os.Stderr, Grace: 200 * time.Millisecond}
 	if os.Geteuid() == 0 {
 		lease, err := LeaseUID(filepath.Join(os.TempDir(), "airlock-test-uids"), 300000, 1000)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
-		t.Cleanup(func() { lease.Release() })
+		tb.Cleanup(func() { lease.Release() })
 		cfg.UID, cfg.GID, cfg.Namespaces = lease.UID, lease.UID, true
 	}
-	ws := filepath.Join(root, "ws")
+	return cfg
+}
+
+// setup starts a slot with a workspace dir owned by the slot's uid.
+func setup(tb testing.TB) (*Slot, string) {
+	tb.Helper()
+	cfg := testConfig(tb)
+	ws := filepath.Join(cfg.SlotDir, "ws")
 	if err := os.Mkdir(ws, 0o700); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if cfg.UID >= 0 {
 		if err := os.Chown(ws, cfg.UID, cfg.GID); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	s, err := NewSlot(cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	tb.Cleanup(func() { s.Close() })
 	return s, ws
 }
 
@@ -97,31 +105,42 @@ func TestRunTimeoutKillsTree(t *testing.T) {
 }
 
 func BenchmarkRunTrue(b *testing.B) {
-	t := &testing.T{}
-	_ = t
-	root := b.TempDir()
-	os.Chmod(filepath.Dir(root), 0o711)
-	os.Chmod(root, 0o711)
-	cfg := SlotConfig{UID: -1, GID: -1, SlotDir: root, Landlock: true, Stderr: os.Stderr}
-	if os.Geteuid() == 0 {
-		lease, err := LeaseUID(filepath.Join(os.TempDir(), "airlock-test-uids"), 300000, 1000)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer lease.Release()
-		cfg.UID, cfg.GID, cfg.Namespaces = lease.UID, lease.UID, true
-	}
-	s, err := NewSlot(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	st := step(root, "/bin/true")
+	s, ws := setup(b)
+	st := step(ws, "/bin/true")
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		r, err := s.Run(context.Background(), st)
 		if err != nil || r.ExitCode != 0 || !r.Exited {
 			b.Fatal(err, r)
 		}
+	}
+}
+
+// TestHelperRestarts: a helper that died between steps (a step may end
+// its own helper) is replaced on the next Run.
+func TestHelperRestarts(t *testing.T) {
+	s, ws := setup(t)
+	old := s.cmd.Process.Pid
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-s.done
+	r, err := s.Run(context.Background(), step(ws, "sh", "-c", "echo again"))
+	if err != nil || string(r.Stdout.Data) != "again\n" {
+		t.Fatalf("run after helper death: %+v %v", r, err)
+	}
+	if s.cmd.Process.Pid == old {
+		t.Fatal("helper was not replaced")
+	}
+}
+
+// TestCancel: cancelling the context stops the step and says so.
+func TestCancel(t *testing.T) {
+	s, ws := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	r, err := s.Run(ctx, step(ws, "sleep", "60"))
+	if err != nil || !r.Canceled || r.TimedOut || r.Signal != syscall.SIGTERM {
+		t.Fatalf("want canceled by SIGTERM: %+v %v", r, err)
 	}
 }
