@@ -82,6 +82,7 @@ type Worker struct {
 	all       []*slot
 	isolation record.Isolation
 	name      string
+	userNS    bool // not root: namespaces come from a user namespace
 
 	approvals *approve.Store
 	promoter  *promote.Promoter
@@ -188,8 +189,7 @@ func New(cfg Config) (*Worker, error) {
 	root := os.Geteuid() == 0
 	var missing []string
 	if !root {
-		missing = append(missing, "user (worker is not root: steps run as the worker's uid)",
-			"namespaces (need root: no network namespace, no PID namespace)")
+		missing = append(missing, "user (worker is not root: steps run as the worker's uid)")
 	}
 	if root {
 		if err := searchable(cfg.WorkspaceRoot); err != nil {
@@ -213,6 +213,9 @@ func New(cfg Config) (*Worker, error) {
 	w.approvals = approve.NewStore(cfg.Redis, approve.Options{TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged})
 	w.promoter = &promote.Promoter{Store: w.approvals, Sink: cfg.Sink, Worker: w.name + " " + Version}
 	w.asynq = asynq.NewClientFromRedisClient(cfg.Redis)
+	if !root && !w.userNS {
+		missing = append(missing, "namespaces (no root and no user namespace: no network or PID namespace)")
+	}
 	if strings.HasPrefix(w.isolation.Landlock, "off") {
 		missing = append(missing, "landlock ("+w.isolation.Landlock+")")
 	}
@@ -268,7 +271,16 @@ func (w *Worker) startSlots(root bool) error {
 			return err
 		}
 		s.dir, cfg.SlotDir = dir, dir
+		if !root && (i == 0 || w.userNS) {
+			cfg.Namespaces, cfg.UserNS = true, true
+		}
 		box, err := sandbox.NewSlot(cfg)
+		if err != nil && cfg.UserNS {
+			w.log.Warn().Err(err).Msg("no user namespace: steps run without PID and network namespaces")
+			cfg.Namespaces, cfg.UserNS = false, false
+			box, err = sandbox.NewSlot(cfg)
+		}
+		w.userNS = cfg.UserNS
 		if err != nil {
 			if s.uid != nil {
 				s.uid.Release()
@@ -319,9 +331,13 @@ func (w *Worker) describe(root bool) record.Isolation {
 		iso.User = fmt.Sprintf("uid per slot from %d", w.cfg.UIDFirst)
 		iso.Network = "network namespace (loopback only)"
 		iso.Tree = "pid namespace (kill -1 from its init)"
+	} else if w.userNS {
+		iso.User = fmt.Sprintf("off: worker is not root (steps run as its uid %d, root of a user namespace without capabilities)", os.Geteuid())
+		iso.Network = "network namespace (loopback only, in a user namespace)"
+		iso.Tree = "pid namespace (kill -1 from its init, in a user namespace)"
 	} else {
 		iso.User = fmt.Sprintf("off: worker is not root (steps run as uid %d)", os.Geteuid())
-		iso.Network = "off: no network namespace without root"
+		iso.Network = "off: no network namespace (no root, no user namespace)"
 		if strings.Contains(iso.Landlock, "tcp denied") {
 			iso.Network = "landlock only (tcp denied; other protocols open)"
 		}

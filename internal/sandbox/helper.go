@@ -28,6 +28,7 @@ type helperConfig struct {
 	NetNS     bool   `json:"net_ns"`     // a new network namespace (loopback only)
 	Network   bool   `json:"network"`    // the operator allowed network for these steps
 	Landlock  bool   `json:"landlock"`
+	UserNS    bool   `json:"user_ns"` // root of a new user namespace: drop capabilities for steps
 }
 
 // MaybeHelper runs the slot helper and exits when the process was started
@@ -179,6 +180,15 @@ func (h *helper) spawner(ready chan<- string) {
 		nnpErr = err
 		status = "off: no_new_privs: " + err.Error()
 	}
+	if h.cfg.UserNS && nnpErr == nil {
+		if err := dropThreadCaps(); err != nil {
+			ready <- "off: cannot drop capabilities: " + err.Error()
+			for sr := range h.spawns {
+				sr.reply <- spawnResult{0, errors.New("slot helper could not drop capabilities")}
+			}
+			return
+		}
+	}
 	if h.cfg.Landlock && nnpErr == nil {
 		status = restrictThread(h.cfg.SlotDir, !h.cfg.Network)
 	}
@@ -187,6 +197,30 @@ func (h *helper) spawner(ready chan<- string) {
 		pid, err := spawnStopped(sr.req, sr.fds)
 		sr.reply <- spawnResult{pid, err}
 	}
+}
+
+// dropThreadCaps empties this thread's capability sets, bounding set
+// included, and locks root out of regaining them at exec: a helper that is
+// root of its user namespace forks steps that hold no capability.
+func dropThreadCaps() error {
+	const secbits = 0x2f // SECBIT_NOROOT|_LOCKED, SECBIT_NO_SETUID_FIXUP|_LOCKED, SECBIT_KEEP_CAPS_LOCKED
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbits, 0, 0, 0); err != nil {
+		return fmt.Errorf("securebits: %w", err)
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
 }
 
 // spawnStopped forks and execs the step with PTRACE_TRACEME, waits for the

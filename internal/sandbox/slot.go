@@ -31,7 +31,8 @@ import (
 type SlotConfig struct {
 	UID, GID   int    // the slot's identity; -1 keeps the worker's
 	SlotDir    string // the only tree steps may write (their workspaces live below)
-	Namespaces bool   // PID, mount, IPC, UTS (and network) namespaces; needs root
+	Namespaces bool   // PID, mount, IPC, UTS (and network) namespaces; needs root, or UserNS
+	UserNS     bool   // with Namespaces: inside a new user namespace, for a worker that is not root
 	Landlock   bool
 	Network    bool          // steps of this slot may use the host's network
 	Stderr     io.Writer     // where helpers' own diagnostics go; nil discards
@@ -119,7 +120,7 @@ func (s *Slot) start() error {
 	hc := helperConfig{
 		UID: s.cfg.UID, GID: s.cfg.GID, SlotDir: s.cfg.SlotDir,
 		Namespace: s.cfg.Namespaces, NetNS: s.cfg.Namespaces && !s.cfg.Network,
-		Network: s.cfg.Network, Landlock: s.cfg.Landlock,
+		Network: s.cfg.Network, Landlock: s.cfg.Landlock, UserNS: s.cfg.Namespaces && s.cfg.UserNS,
 	}
 	arg, _ := json.Marshal(hc)
 	cmd := exec.Command("/proc/self/exe", helperArg, string(arg))
@@ -132,6 +133,15 @@ func (s *Slot) start() error {
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
 		if hc.NetNS {
 			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNET
+		}
+		if hc.UserNS {
+			// The worker's uid is the only one mapped, as root of the
+			// namespace: the helper owns its namespaces; the steps run
+			// as that uid with every capability dropped.
+			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
+			cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+			cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+			cmd.SysProcAttr.GidMappingsEnableSetgroups = false
 		}
 	}
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,86 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestUserNamespace runs a slot the way a worker that is not root does:
+// the test binary re-runs itself as nobody (uid 65534) for
+// TestUserNamespaceChild.
+func TestUserNamespace(t *testing.T) {
+	if os.Getenv("AIRLOCK_USERNS_CHILD") != "" {
+		t.Skip("in the child")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to become another user; TestUserNamespaceChild runs directly for a non-root user")
+	}
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.Open("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer self.Close()
+	bin := filepath.Join(dir, "sandbox.test")
+	out, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, self); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(tmp, 0o777)
+	cmd := exec.Command(bin, "-test.run", "^TestUserNamespaceChild$", "-test.v")
+	cmd.Env = []string{"AIRLOCK_USERNS_CHILD=1", "TMPDIR=" + tmp, "PATH=/usr/bin:/bin"}
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	b, err := cmd.CombinedOutput()
+	t.Logf("%s", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "--- PASS: TestUserNamespaceChild") {
+		t.Fatal("the child did not run the test")
+	}
+}
+
+// TestUserNamespaceChild checks what a non-root worker's steps get: a
+// network namespace with only loopback, a PID namespace, no capabilities,
+// Landlock, and no way to write outside the slot directory.
+func TestUserNamespaceChild(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("run by TestUserNamespace as a non-root user")
+	}
+	cfg := SlotConfig{UID: -1, GID: -1, SlotDir: t.TempDir(), Namespaces: true, UserNS: true, Landlock: true, Stderr: os.Stderr}
+	s, err := NewSlot(cfg)
+	if err != nil {
+		t.Skipf("no user namespace here: %v", err)
+	}
+	defer s.Close()
+	script := `grep -c : /proc/net/dev; tr '\0' ' ' < /proc/1/cmdline | cut -d' ' -f2; grep CapEff /proc/self/status; echo x > /tmp/airlock-userns-escape 2>/dev/null || echo denied`
+	r, err := s.Run(context.Background(), step(cfg.SlotDir, "sh", "-c", script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(r.Stdout.Data)), "\n")
+	want := []string{"1", helperArg, "CapEff:\t0000000000000000", "denied"}
+	if strings.Join(lines, "|") != strings.Join(want, "|") {
+		t.Fatalf("got %q, want %q (stderr %q, landlock %s)", lines, want, r.Stderr.Data, s.Landlock())
+	}
+}
