@@ -35,6 +35,7 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 		rec.RunID = "" // unknown: the payload did not say
 		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictError, "spec rejected: "+err.Error()
 		w.finish(ctx, t, &rec)
+		w.emit(ctx, &rec)
 		return fmt.Errorf("%s: %w", rec.Error, asynq.SkipRetry)
 	}
 	rec.RunID, rec.Queue, rec.MaxRetry, rec.Limits = spec.RunID, spec.Queue, *spec.MaxRetry, spec.Limits
