@@ -26,12 +26,19 @@ func strictDecode(data []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return &FieldError{Field: "spec", Msg: "trailing data after the JSON object"}
 	}
-	if err := walk(raw, reflect.TypeOf(v).Elem(), ""); err != nil {
+	// Keys first, case-sensitively (encoding/json matches field names
+	// without case); values are checked one by one only when the decode
+	// fails, to name the bad one: the worker's hot path decodes once.
+	t := reflect.TypeOf(v).Elem()
+	if err := walk(raw, t, "", false); err != nil {
 		return err
 	}
 	dec = json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if werr := walk(raw, t, "", true); werr != nil {
+			return werr
+		}
 		return &FieldError{Field: "spec", Msg: err.Error()}
 	}
 	return nil
@@ -42,7 +49,7 @@ var rawMessageType = reflect.TypeOf(json.RawMessage{})
 // walk checks raw against the shape of t, naming the path of the first
 // mismatch. Leaves are decoded into a fresh value of their type, so that
 // the decoder's own message (or a custom UnmarshalJSON's) is kept.
-func walk(raw json.RawMessage, t reflect.Type, path string) error {
+func walk(raw json.RawMessage, t reflect.Type, path string, leaves bool) error {
 	name := path
 	if name == "" {
 		name = "spec"
@@ -51,6 +58,9 @@ func walk(raw json.RawMessage, t reflect.Type, path string) error {
 		return nil
 	}
 	if t == rawMessageType || reflect.PointerTo(t).Implements(reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()) {
+		if !leaves {
+			return nil
+		}
 		if err := json.Unmarshal(raw, reflect.New(t).Interface()); err != nil {
 			return &FieldError{Field: name, Msg: cleanJSONError(err)}
 		}
@@ -58,7 +68,7 @@ func walk(raw json.RawMessage, t reflect.Type, path string) error {
 	}
 	switch t.Kind() {
 	case reflect.Pointer:
-		return walk(raw, t.Elem(), path)
+		return walk(raw, t.Elem(), path, leaves)
 	case reflect.Struct:
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &obj); err != nil {
@@ -69,7 +79,7 @@ func walk(raw json.RawMessage, t reflect.Type, path string) error {
 			if !ok {
 				return &FieldError{Field: join(path, key), Msg: "unknown field", Hint: "known fields: " + strings.Join(tags(t), ", ")}
 			}
-			if err := walk(val, f.Type, join(path, key)); err != nil {
+			if err := walk(val, f.Type, join(path, key), leaves); err != nil {
 				return err
 			}
 		}
@@ -80,7 +90,7 @@ func walk(raw json.RawMessage, t reflect.Type, path string) error {
 			return &FieldError{Field: name, Msg: "want a JSON array"}
 		}
 		for i, it := range items {
-			if err := walk(it, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			if err := walk(it, t.Elem(), fmt.Sprintf("%s[%d]", path, i), leaves); err != nil {
 				return err
 			}
 		}
@@ -91,12 +101,15 @@ func walk(raw json.RawMessage, t reflect.Type, path string) error {
 			return &FieldError{Field: name, Msg: "want a JSON object"}
 		}
 		for k, val := range obj {
-			if err := walk(val, t.Elem(), fmt.Sprintf("%s[%q]", path, k)); err != nil {
+			if err := walk(val, t.Elem(), fmt.Sprintf("%s[%q]", path, k), leaves); err != nil {
 				return err
 			}
 		}
 		return nil
 	default:
+		if !leaves {
+			return nil
+		}
 		if err := json.Unmarshal(raw, reflect.New(t).Interface()); err != nil {
 			return &FieldError{Field: name, Msg: cleanJSONError(err)}
 		}
