@@ -1,0 +1,601 @@
+// Package bench is Airlock's benchmark harness: it measures, against one
+// Redis, what confinement costs compared with a bare asynq server that runs
+// the same argv unconfined.
+//
+// Both servers run as separate processes — this binary re-executed with a
+// hidden subcommand (ChildArgWorker, ChildArgBaseline) — so that their
+// resident memory can be read from /proc and neither shares a heap or a
+// scheduler with the producer. A binary that uses this package must call
+// sandbox.MaybeHelper and then MaybeChild at the top of main (a test binary:
+// in TestMain), because slot helpers and servers are that binary re-executed.
+//
+// Figures, each the median of interleaved rounds with min and max:
+//
+//   - throughput (tasks/s) of the baseline and of Airlock's worker for three
+//     workloads at two concurrencies, and their ratio;
+//   - idle latency, enqueue to Wait's return, p50/p90/p99;
+//   - a per-task overhead breakdown measured directly with the packages;
+//   - the worker's RSS before and after many trivial tasks;
+//   - the time to list 10,000 pending approvals.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sys/unix"
+)
+
+// FullN is the scale of a full run (-n's default).
+const FullN = 1000
+
+// Sections of a run, in the order they are printed.
+const (
+	SecThroughput = "throughput"
+	SecLatency    = "latency"
+	SecOverhead   = "overhead"
+	SecRSS        = "rss"
+	SecApprovals  = "approvals"
+)
+
+// AllSections is every section, the default of Options.Sections.
+var AllSections = []string{SecThroughput, SecLatency, SecOverhead, SecRSS, SecApprovals}
+
+// Options configure a run. Zero fields take the defaults.
+type Options struct {
+	RedisURL string // required
+	// N scales every measurement: throughput runs take N tasks (CPU-bound
+	// ones N/5), idle latency max(N/5, 20) tasks per system and round, the
+	// overhead breakdown N iterations, approvals 10×N, the RSS run N²/10
+	// tasks (100,000 at FullN). 0 means FullN.
+	N      int
+	Rounds int // interleaved rounds; default 3
+	// Concurrency of the throughput runs; default {2, 2×cores+1}.
+	Concurrency []int
+	// Sections to run; default AllSections.
+	Sections []string
+	// Workloads of the throughput runs: "trivial", "script", "cpu";
+	// default all three.
+	Workloads []string
+	// RSSTasks overrides the size of the RSS run when positive.
+	RSSTasks int
+	// CPUProfile, when set, adds one Airlock run of the trivial workload at
+	// the highest concurrency (not counted in the table) whose worker
+	// writes a CPU profile there.
+	CPUProfile string
+	// WorkerLogLevel of the worker processes; default "info", as deployed.
+	WorkerLogLevel string
+	// KeepLogs, when set, is a directory the servers' logs are moved to
+	// when they stop; otherwise they are deleted.
+	KeepLogs string
+	// Exe is the binary re-executed for the servers; default
+	// os.Executable(). It must call MaybeChild (and sandbox.MaybeHelper).
+	Exe string
+	// Progress receives one line per measurement; nil discards.
+	Progress io.Writer
+}
+
+// sizes are the task counts of one run.
+type sizes struct {
+	Throughput    int `json:"throughput_tasks"`
+	ThroughputCPU int `json:"throughput_cpu_tasks"`
+	Latency       int `json:"latency_tasks"`
+	Overhead      int `json:"overhead_iterations"`
+	SlotStarts    int `json:"slot_starts"`
+	RSS           int `json:"rss_tasks"`
+	RSSWarmup     int `json:"rss_warmup_tasks"`
+	Approvals     int `json:"approvals"`
+}
+
+func sizesFor(n, rssOverride int) sizes {
+	s := sizes{
+		Throughput:    n,
+		ThroughputCPU: max(n/5, 10),
+		Latency:       max(n/5, 20),
+		Overhead:      n,
+		SlotStarts:    max(n/20, 5),
+		RSS:           max(n*n/10, 100),
+		Approvals:     10 * n,
+	}
+	if rssOverride > 0 {
+		s.RSS = rssOverride
+	}
+	s.RSSWarmup = min(max(s.RSS/20, 20), 2000)
+	return s
+}
+
+// Stat is a figure over rounds.
+type Stat struct {
+	Median  float64   `json:"median"`
+	Min     float64   `json:"min"`
+	Max     float64   `json:"max"`
+	Samples []float64 `json:"samples"`
+}
+
+func newStat(xs []float64) Stat {
+	if len(xs) == 0 {
+		return Stat{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Stat{Median: m, Min: s[0], Max: s[len(s)-1], Samples: xs}
+}
+
+// percentile of sorted xs, nearest rank.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// Report is everything a run measured.
+type Report struct {
+	Machine    Machine         `json:"machine"`
+	Command    string          `json:"command"`
+	N          int             `json:"n"`
+	Rounds     int             `json:"rounds"`
+	Sizes      sizes           `json:"sizes"`
+	CPULoop    *CPULoop        `json:"cpu_loop,omitempty"`
+	Throughput []ThroughputRow `json:"throughput,omitempty"`
+	Latency    []LatencyRow    `json:"latency,omitempty"`
+	Overhead   []OverheadRow   `json:"overhead,omitempty"`
+	RSS        []RSSRow        `json:"rss,omitempty"`
+	Approvals  *ApprovalsRow   `json:"approvals,omitempty"`
+	Profile    string          `json:"cpu_profile,omitempty"`
+	Notes      []string        `json:"notes,omitempty"`
+	Skipped    []string        `json:"skipped,omitempty"`
+	Elapsed    float64         `json:"elapsed_s"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	Cores     int    `json:"cores"`
+	Kernel    string `json:"kernel"`
+	Redis     string `json:"redis_version"`
+	Go        string `json:"go"`
+	Root      bool   `json:"root"`
+	Isolation string `json:"isolation"`       // strict or best-effort
+	Tiers     any    `json:"tiers,omitempty"` // the isolation a run record reported
+	Quota     string `json:"quota,omitempty"` // workspace quota mechanism
+	Output    bool   `json:"output_contract"` // whether the script workload validates and promotes
+	Hostname  string `json:"hostname,omitempty"`
+	Date      string `json:"date"`
+	// Load averages (1, 5, 15 min) at the start and end of the run: the
+	// machine may be shared.
+	LoadStart string `json:"loadavg_start"`
+	LoadEnd   string `json:"loadavg_end"`
+}
+
+// CPULoop is the calibration of the CPU-bound workload.
+type CPULoop struct {
+	Iterations int     `json:"iterations"`
+	CPUMS      float64 `json:"cpu_ms"` // CPU time of one bare run after calibration
+}
+
+// ThroughputRow is one workload at one concurrency.
+type ThroughputRow struct {
+	Workload    string `json:"workload"`
+	Concurrency int    `json:"concurrency"`
+	Tasks       int    `json:"tasks"`
+	Baseline    Stat   `json:"baseline_tasks_per_s"`
+	Airlock     Stat   `json:"airlock_tasks_per_s"`
+	Ratio       Stat   `json:"ratio"` // airlock/baseline of each round
+	// CPU milliseconds per task of each server's whole process tree
+	// (server, helpers, steps), from wait4's rusage and /proc.
+	BaselineCPU Stat   `json:"baseline_cpu_ms_per_task"`
+	AirlockCPU  Stat   `json:"airlock_cpu_ms_per_task"`
+	Note        string `json:"note,omitempty"`
+}
+
+// LatencyRow is the idle latency of one system, in milliseconds.
+type LatencyRow struct {
+	System string `json:"system"`
+	Tasks  int    `json:"tasks_per_round"`
+	// Enqueue → Wait returns (what a client sees; includes Wait's polling).
+	P50 Stat `json:"p50_ms"`
+	P90 Stat `json:"p90_ms"`
+	P99 Stat `json:"p99_ms"`
+	// Enqueue → the record's finished_at (the server's side of it).
+	DoneP50 Stat `json:"done_p50_ms"`
+	DoneP99 Stat `json:"done_p99_ms"`
+}
+
+// OverheadRow is one cost of the hot path, in microseconds per operation.
+type OverheadRow struct {
+	Name       string `json:"name"`
+	Per        string `json:"per"` // task, step, slot...
+	Iterations int    `json:"iterations"`
+	Micros     Stat   `json:"us"`
+	// CPUMicros is the CPU time per operation of every process involved
+	// (for steps: this process, the helper and the step), where measured.
+	CPUMicros *Stat  `json:"cpu_us,omitempty"`
+	Bound     string `json:"bound"`
+}
+
+// RSSRow is the resident memory of one server process over a long run.
+type RSSRow struct {
+	System      string `json:"system"`
+	Concurrency int    `json:"concurrency"`
+	Tasks       int    `json:"tasks"`
+	StartKB     int64  `json:"start_kb"`       // right after start
+	BeforeKB    int64  `json:"before_kb"`      // after the warm-up tasks
+	AfterKB     int64  `json:"after_kb"`       // after all tasks
+	MaxKB       int64  `json:"max_sampled_kb"` // highest VmRSS sampled during the run
+	HWMKB       int64  `json:"hwm_kb"`         // VmHWM at the end
+	// The worker's slot helpers (separate processes), summed: after the
+	// warm-up and after all tasks.
+	HelpersBeforeKB int64   `json:"helpers_before_kb,omitempty"`
+	HelpersKB       int64   `json:"helpers_after_kb,omitempty"`
+	Seconds         float64 `json:"seconds"`
+	TasksPerSec     float64 `json:"tasks_per_s"`
+	SamplesKB       []int64 `json:"samples_kb,omitempty"`
+}
+
+// ApprovalsRow is the approval-listing figure.
+type ApprovalsRow struct {
+	Pending int     `json:"pending"`
+	ParkMS  float64 `json:"park_total_ms"`
+	ListMS  Stat    `json:"list_ms"`
+	Listed  int     `json:"listed"`
+	CLIMS   *Stat   `json:"cli_ms,omitempty"`
+	Note    string  `json:"note,omitempty"`
+}
+
+// harness is the state of one run.
+type harness struct {
+	opt          Options
+	sz           sizes
+	rdb          *redis.Client
+	client       *airlock.Client
+	insp         *asynq.Inspector
+	prefix       string // "bench-<rand>": queues, run ids, keys
+	tmp          string // mode 0711; workspaces and stores below
+	uidLock      string
+	exe          string
+	root         bool
+	cores        int
+	seq          int
+	cpuN         int
+	rep          *Report
+	queues       []string // created, to delete at the end
+	promoteTasks int
+	eventsFrom   string
+	start        time.Time
+}
+
+// Run runs the benchmark and returns its report.
+func Run(ctx context.Context, opt Options) (*Report, error) {
+	start := time.Now()
+	if opt.N <= 0 {
+		opt.N = FullN
+	}
+	if opt.Rounds <= 0 {
+		opt.Rounds = 3
+	}
+	if opt.WorkerLogLevel == "" {
+		opt.WorkerLogLevel = "info"
+	}
+	if len(opt.Sections) == 0 {
+		opt.Sections = AllSections
+	}
+	for _, s := range opt.Sections {
+		if !slices.Contains(AllSections, s) {
+			return nil, fmt.Errorf("bench: unknown section %q (want %s)", s, strings.Join(AllSections, ","))
+		}
+	}
+	if len(opt.Workloads) == 0 {
+		opt.Workloads = AllWorkloads
+	}
+	for _, w := range opt.Workloads {
+		if !slices.Contains(AllWorkloads, w) {
+			return nil, fmt.Errorf("bench: unknown workload %q (want %s)", w, strings.Join(AllWorkloads, ","))
+		}
+	}
+	if opt.Progress == nil {
+		opt.Progress = io.Discard
+	}
+	cores := cpuCount()
+	if len(opt.Concurrency) == 0 {
+		opt.Concurrency = []int{2, 2*cores + 1}
+	}
+	if opt.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("bench: own executable: %w", err)
+		}
+		opt.Exe = exe
+	}
+	ropt, err := redis.ParseURL(opt.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("bench: -redis: %w", err)
+	}
+	ropt.PoolSize = 32
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("bench: Redis at %s: %w", opt.RedisURL, err)
+	}
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	h := &harness{
+		opt: opt, sz: sizesFor(opt.N, opt.RSSTasks), rdb: rdb,
+		client: airlock.NewClient(rdb, airlock.ClientOptions{Retention: 2 * time.Hour}),
+		insp:   asynq.NewInspectorFromRedisClient(rdb),
+		prefix: "bench-" + hex.EncodeToString(rb[:]),
+		exe:    opt.Exe, root: os.Geteuid() == 0, cores: cores,
+		uidLock: filepath.Join(os.TempDir(), "airlock-bench-uids"),
+		start:   start,
+	}
+	defer h.client.Close()
+	h.tmp, err = os.MkdirTemp("", "airlock-bench-")
+	if err != nil {
+		return nil, err
+	}
+	// Steps run as slot uids and must reach their workspaces below it.
+	if err := os.Chmod(h.tmp, 0o711); err != nil {
+		return nil, err
+	}
+	defer h.removeTmp()
+	h.rep = &Report{
+		Machine: h.machine(ctx), Command: strings.Join(os.Args, " "),
+		N: opt.N, Rounds: opt.Rounds, Sizes: h.sz,
+	}
+	h.eventsFrom = eventsPosition(ctx, rdb)
+	defer h.cleanup()
+
+	if err := h.run(ctx); err != nil {
+		return h.rep, err
+	}
+	h.rep.Elapsed = time.Since(start).Seconds()
+	h.rep.Machine.LoadEnd = loadavg()
+	return h.rep, nil
+}
+
+func (h *harness) want(sec string) bool { return slices.Contains(h.opt.Sections, sec) }
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.opt.Progress, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// run interleaves the sections over the rounds: within a round the
+// baseline and Airlock alternate which goes first.
+func (h *harness) run(ctx context.Context) error {
+	if h.want(SecThroughput) && slices.Contains(h.opt.Workloads, "cpu") {
+		n, ms, err := calibrateCPU(ctx)
+		if err != nil {
+			return fmt.Errorf("calibrating the CPU-bound workload: %w", err)
+		}
+		h.cpuN = n
+		h.rep.CPULoop = &CPULoop{Iterations: n, CPUMS: ms}
+		h.logf("CPU-bound loop: %d iterations = %.1f ms of CPU (bare exec)", n, ms)
+	}
+	if !outputSupport && h.want(SecThroughput) && slices.Contains(h.opt.Workloads, "script") {
+		h.skip("script workload: run without an output contract (this build has no contract/policy package), so no validation or promotion")
+	}
+	tp := newThroughputAcc()
+	lat := map[string]*latencyAcc{}
+	ovh := newOverheadAcc()
+	var approvalRounds []float64
+	var cliRounds []float64
+	var appr *approvalSet
+	if h.want(SecApprovals) {
+		if !outputSupport {
+			h.skip("approvals: this build has no approve.Store")
+		} else {
+			var err error
+			appr, err = h.parkApprovals(ctx, h.sz.Approvals)
+			if err != nil {
+				return fmt.Errorf("approvals: %w", err)
+			}
+			defer appr.cleanup(context.WithoutCancel(ctx))
+		}
+	}
+	for r := 0; r < h.opt.Rounds; r++ {
+		order := []string{systemBaseline, systemAirlock}
+		if r%2 == 1 {
+			order = []string{systemAirlock, systemBaseline}
+		}
+		if h.want(SecThroughput) || h.want(SecLatency) || h.want(SecOverhead) || appr != nil {
+			h.logf("round %d/%d (first: %s)", r+1, h.opt.Rounds, order[0])
+		}
+		if h.want(SecThroughput) {
+			for _, wl := range h.workloads() {
+				for _, c := range h.opt.Concurrency {
+					for _, sys := range order {
+						v, err := h.throughput(ctx, sys, wl, c, r)
+						if err != nil {
+							return fmt.Errorf("throughput %s %s c=%d: %w", sys, wl.name, c, err)
+						}
+						tp.add(wl, c, sys, v)
+					}
+				}
+			}
+		}
+		if h.want(SecLatency) {
+			for _, sys := range order {
+				la, err := h.latency(ctx, sys, r)
+				if err != nil {
+					return fmt.Errorf("latency %s: %w", sys, err)
+				}
+				if lat[sys] == nil {
+					lat[sys] = &latencyAcc{}
+				}
+				lat[sys].add(la)
+			}
+		}
+		if h.want(SecOverhead) {
+			if err := h.overhead(ctx, ovh, r); err != nil {
+				return fmt.Errorf("overhead: %w", err)
+			}
+		}
+		if appr != nil {
+			ms, err := appr.list(ctx)
+			if err != nil {
+				return fmt.Errorf("approvals list: %w", err)
+			}
+			approvalRounds = append(approvalRounds, ms)
+			if ms, ok, err := appr.cli(ctx, h); err != nil {
+				h.skip("approve CLI: " + err.Error())
+				appr.noCLI = true
+			} else if ok {
+				cliRounds = append(cliRounds, ms)
+			}
+		}
+	}
+	h.rep.Throughput = tp.rows(h)
+	for _, sys := range []string{systemBaseline, systemAirlock} {
+		if a := lat[sys]; a != nil {
+			h.rep.Latency = append(h.rep.Latency, a.row(sys, h.sz.Latency))
+		}
+	}
+	h.rep.Overhead = ovh.rows()
+	if appr != nil {
+		h.rep.Approvals = appr.row(approvalRounds, cliRounds)
+	}
+	if h.want(SecRSS) {
+		c := slices.Max(h.opt.Concurrency)
+		for _, sys := range []string{systemBaseline, systemAirlock} {
+			row, err := h.rss(ctx, sys, c)
+			if err != nil {
+				return fmt.Errorf("rss %s: %w", sys, err)
+			}
+			h.rep.RSS = append(h.rep.RSS, row)
+		}
+	}
+	if h.opt.CPUProfile != "" {
+		if err := h.profile(ctx); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		h.rep.Profile = h.opt.CPUProfile
+	}
+	return nil
+}
+
+func (h *harness) skip(msg string) {
+	if !slices.Contains(h.rep.Skipped, msg) {
+		h.rep.Skipped = append(h.rep.Skipped, msg)
+	}
+}
+
+func (h *harness) note(msg string) {
+	if !slices.Contains(h.rep.Notes, msg) {
+		h.rep.Notes = append(h.rep.Notes, msg)
+	}
+}
+
+// queue returns a new queue name of this run, deleted at the end.
+func (h *harness) queue(what string) string {
+	h.seq++
+	q := fmt.Sprintf("%s-%s-%d", h.prefix, what, h.seq)
+	h.queues = append(h.queues, q)
+	return q
+}
+
+// dir returns a new directory below the run's temp dir.
+func (h *harness) dir(what string) (string, error) {
+	h.seq++
+	d := filepath.Join(h.tmp, fmt.Sprintf("%s-%d", what, h.seq))
+	return d, os.Mkdir(d, 0o711)
+}
+
+func (h *harness) isolation() string {
+	if h.root {
+		return "strict"
+	}
+	return "best-effort"
+}
+
+func (h *harness) machine(ctx context.Context) Machine {
+	m := Machine{Cores: h.cores, Go: runtime.Version(), Root: h.root, Isolation: h.isolation(),
+		Output: outputSupport, Date: time.Now().UTC().Format(time.RFC3339), LoadStart: loadavg()}
+	m.Hostname, _ = os.Hostname()
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	if info, err := h.rdb.Info(ctx, "server").Result(); err == nil {
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "redis_version:"); ok {
+				m.Redis = v
+			}
+		}
+	}
+	return m
+}
+
+// loadavg is the first three fields of /proc/loadavg.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return ""
+}
+
+// cpuCount is what nproc prints: the CPUs this process may run on.
+func cpuCount() int {
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) == nil && set.Count() > 0 {
+		return set.Count()
+	}
+	return runtime.NumCPU()
+}
+
+// cleanup deletes what the run left in Redis: its queues, the events its
+// runs appended, the approvals its promoted runs made.
+func (h *harness) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var errs []error
+	for _, q := range h.queues {
+		if err := deleteQueue(ctx, h.rdb, h.insp, q); err != nil {
+			errs = append(errs, fmt.Errorf("queue %s: %w", q, err))
+		}
+	}
+	if err := cleanupOutput(ctx, h.rdb, h.prefix, h.eventsFrom, h.start); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		h.logf("cleanup: %v", err)
+	}
+}
+
+func (h *harness) removeTmp() {
+	// A worker killed hard may leave workspace mounts below the temp dir.
+	if mounts, err := os.ReadFile("/proc/self/mounts"); err == nil {
+		var below []string
+		for _, l := range strings.Split(string(mounts), "\n") {
+			f := strings.Fields(l)
+			if len(f) > 1 && strings.HasPrefix(f[1], h.tmp+"/") {
+				below = append(below, f[1])
+			}
+		}
+		slices.SortFunc(below, func(a, b string) int { return len(b) - len(a) })
+		for _, m := range below {
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+		}
+	}
+	if err := os.RemoveAll(h.tmp); err != nil {
+		h.logf("removing %s: %v", h.tmp, err)
+	}
+}

@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/queuepolicy"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// Main is the bench command: it parses args, runs the benchmark and prints
+// the table (or JSON) on stdout, progress on stderr. It returns the exit
+// status.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := os.Getenv("REDIS_URL")
+	if def == "" {
+		def = "redis://127.0.0.1:6379/0"
+	}
+	var opt Options
+	var conc, sections, workloads string
+	var asJSON, quiet bool
+	var jsonOut string
+	fs.StringVar(&opt.RedisURL, "redis", def, "Redis URL (env REDIS_URL); a dedicated database is best, e.g. redis://127.0.0.1:6379/9")
+	fs.IntVar(&opt.N, "n", FullN, "scale: tasks per throughput run (CPU-bound: n/5), idle-latency tasks max(n/5,20), overhead iterations n, approvals 10n, RSS-run tasks n²/10")
+	fs.IntVar(&opt.Rounds, "rounds", 3, "interleaved rounds; figures are their median, min and max")
+	fs.StringVar(&conc, "concurrency", "", "concurrencies of the throughput runs, comma-separated (default 2 and 2×cores+1)")
+	fs.StringVar(&sections, "only", "", "run only these sections, comma-separated: "+strings.Join(AllSections, ","))
+	fs.StringVar(&workloads, "workloads", "", "throughput workloads, comma-separated: "+strings.Join(AllWorkloads, ","))
+	fs.IntVar(&opt.RSSTasks, "rss-tasks", 0, "tasks of the RSS run (default n²/10: 100000 at the full n)")
+	fs.StringVar(&opt.CPUProfile, "cpuprofile", "", "also profile a worker on the trivial workload and write its CPU profile here")
+	fs.StringVar(&opt.WorkerLogLevel, "worker-log-level", "info", "log level of the Airlock workers (info, as deployed)")
+	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of tables")
+	fs.StringVar(&jsonOut, "o", "", "also write the report as JSON to this file")
+	fs.BoolVar(&quiet, "q", false, "no progress lines on stderr")
+	fs.StringVar(&opt.KeepLogs, "keep-logs", "", "move the servers' logs to this directory instead of deleting them")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: bench [flags]\n\nMeasures Airlock's worker against a bare asynq server running the same argv.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if conc != "" {
+		for _, s := range strings.Split(conc, ",") {
+			c, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || c < 1 {
+				fmt.Fprintf(stderr, "bench: -concurrency: %q is not a positive integer\n", s)
+				return 2
+			}
+			opt.Concurrency = append(opt.Concurrency, c)
+		}
+	}
+	if sections != "" {
+		opt.Sections = strings.Split(sections, ",")
+	}
+	if workloads != "" {
+		opt.Workloads = strings.Split(workloads, ",")
+	}
+	if !quiet {
+		opt.Progress = stderr
+	}
+	rep, err := Run(ctx, opt)
+	if rep != nil && (err == nil || asJSON) {
+		if asJSON {
+			_ = rep.WriteJSON(stdout)
+		} else {
+			_ = rep.WriteTable(stdout)
+		}
+	}
+	if rep != nil && jsonOut != "" {
+		f, ferr := os.Create(jsonOut)
+		if ferr == nil {
+			ferr = errors.Join(rep.WriteJSON(f), f.Close())
+		}
+		if ferr != nil {
+			fmt.Fprintf(stderr, "bench: -o: %v\n", ferr)
+			if err == nil {
+				return 1
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// deleteQueue removes everything of queue q: the asynq queue and every key
+// below "asynq:{q}:" (completed tasks and counters, which DeleteQueue
+// leaves), and the limits a worker published for it.
+func deleteQueue(ctx context.Context, rdb *redis.Client, insp *asynq.Inspector, q string) error {
+	// DeleteQueue refuses while a task is active (a server that was killed
+	// leaves them so): the keys below go anyway.
+	_ = insp.DeleteQueue(q, true)
+	keys := []string{queuepolicy.Key(q)}
+	iter := rdb.Scan(ctx, 0, "asynq:{"+q+"}:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) >= 1000 {
+			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
+				return err
+			}
+			keys = keys[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(keys) > 0 {
+		if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
+			return err
+		}
+	}
+	return rdb.SRem(ctx, "asynq:queues", q).Err()
+}
+
+// withTimeout is a context for cleanup after ctx may have ended.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}

@@ -1,0 +1,16 @@
+package bench
+
+import (
+	"os"
+	"testing"
+
+	"github.com/airlock-run/airlock/internal/sandbox"
+)
+
+// TestMain lets the test binary serve as what the harness re-executes: a
+// slot helper (sandbox), or a worker or baseline server (MaybeChild).
+func TestMain(m *testing.M) {
+	sandbox.MaybeHelper()
+	MaybeChild()
+	os.Exit(m.Run())
+}
