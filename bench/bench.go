@@ -248,7 +248,9 @@ type RSSRow struct {
 	HelpersKB       int64   `json:"helpers_after_kb,omitempty"`
 	Seconds         float64 `json:"seconds"`
 	TasksPerSec     float64 `json:"tasks_per_s"`
-	SamplesKB       []int64 `json:"samples_kb,omitempty"`
+	SamplesKB       []int64 `json:"samples_kb,omitempty"` // VmRSS every 5% of the tasks
+	// HelperSamplesKB is the helpers' summed VmRSS at the same points.
+	HelperSamplesKB []int64 `json:"helper_samples_kb,omitempty"`
 }
 
 // ApprovalsRow is the approval-listing figure.
@@ -365,6 +367,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 
 	if err := h.run(ctx); err != nil {
 		return h.rep, err
+	}
+	if h.promoteTasks > 0 {
+		h.note(fmt.Sprintf("%d promote task(s) ran in the Airlock script runs besides the runs: the worker's approval sweeper (every 10s) queued a promotion for approvals whose inline promotion was still in flight; they are no-ops, but they are tasks", h.promoteTasks))
 	}
 	h.rep.Elapsed = time.Since(start).Seconds()
 	h.rep.Machine.LoadEnd = loadavg()

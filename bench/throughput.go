@@ -209,10 +209,7 @@ func (h *harness) timedRun(ctx context.Context, sys string, wl workload, conc in
 	if err != nil {
 		return result{}, err
 	}
-	if others > 0 {
-		h.promoteTasks += others
-		h.note(fmt.Sprintf("%d promote task(s) ran in the Airlock script runs: the worker's approval sweeper (every 10s) queued a promotion for approvals whose inline promotion was still in flight; they are no-ops, but they are tasks", h.promoteTasks))
-	}
+	h.promoteTasks += others
 	if err := srv.stop(); err != nil {
 		return result{}, err
 	}
@@ -365,6 +362,9 @@ func (h *harness) rss(ctx context.Context, sys string, conc int) (RSSRow, error)
 				row.MaxKB = max(row.MaxKB, r)
 				if f.done.Load() >= nextMark {
 					row.SamplesKB = append(row.SamplesKB, r)
+					if sys == systemAirlock {
+						row.HelperSamplesKB = append(row.HelperSamplesKB, childrenRSS(pid))
+					}
 					nextMark += int64(step)
 				}
 			}
