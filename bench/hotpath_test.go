@@ -19,12 +19,12 @@ import (
 // Micro-benchmarks of a task's hot path, configured as the worker
 // configures each piece: go test -run XXX -bench . ./bench
 
-// fixture is a workspace manager, a slot directory and the uid steps run
+// fixture is a workspace manager, a slot's workspace and the uid steps run
 // as: a leased slot uid with tmpfs workspaces as root, the caller's uid and
 // plain directories otherwise.
 type fixture struct {
 	mgr      *tmpfs.Manager
-	slotDir  string
+	area     *tmpfs.Slot
 	uid, gid int
 	slot     sandbox.SlotConfig
 }
@@ -54,19 +54,20 @@ func newFixture(tb testing.TB) *fixture {
 		}
 		tb.Cleanup(func() { lease.Release() })
 		f.uid, f.gid = lease.UID, lease.UID
-		f.slot.UID, f.slot.GID, f.slot.Namespaces = lease.UID, lease.UID, true
+		f.slot.UID, f.slot.GID, f.slot.Namespaces, f.slot.View = lease.UID, lease.UID, true, true
 		name = fmt.Sprintf("slot-%d", lease.UID)
 	}
-	if f.slotDir, err = mgr.SlotDir(name); err != nil {
+	if f.area, err = mgr.Slot(name, f.uid, f.gid); err != nil {
 		tb.Fatal(err)
 	}
-	f.slot.SlotDir = f.slotDir
+	f.slot.Workspace = f.area.Dir()
 	return f
 }
 
-func (f *fixture) workspace(tb testing.TB, id string) *tmpfs.Workspace {
+// workspace readies the slot's workspace for one benchmark.
+func (f *fixture) workspace(tb testing.TB) *tmpfs.Workspace {
 	tb.Helper()
-	ws, err := f.mgr.Create(f.slotDir, id, f.uid, f.gid, int64(limits.DefaultPolicy().Default.Workspace))
+	ws, err := f.area.Create(int64(limits.DefaultPolicy().Default.Workspace))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -74,15 +75,15 @@ func (f *fixture) workspace(tb testing.TB, id string) *tmpfs.Workspace {
 	return ws
 }
 
-// BenchmarkWorkspaceCreateRemove is a task's workspace: create (a tmpfs
-// mount as root), write the spec's files, remove.
+// BenchmarkWorkspaceCreateRemove is a task's workspace: create (a remount
+// of the slot's tmpfs as root), write the spec's files, remove (empty).
 func BenchmarkWorkspaceCreateRemove(b *testing.B) {
 	f := newFixture(b)
 	files := map[string]string{"gen.sh": scriptSh}
 	quota := int64(limits.DefaultPolicy().Default.Workspace)
 	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		ws, err := f.mgr.Create(f.slotDir, fmt.Sprintf("w%d", i), f.uid, f.gid, quota)
+	for b.Loop() {
+		ws, err := f.area.Create(quota)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -126,8 +127,8 @@ func BenchmarkSlotRunTrue(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer box.Close()
-	ws := f.workspace(b, "steps")
-	step := sandbox.Step{Argv: []string{"/bin/true"}, Dir: ws.Path(), Limits: limits.DefaultPolicy().Default, Timeout: 10 * time.Second}
+	f.workspace(b)
+	step := sandbox.Step{Argv: []string{"/bin/true"}, Limits: limits.DefaultPolicy().Default, Timeout: 10 * time.Second}
 	ctx := context.Background()
 	for b.Loop() {
 		res, err := box.Run(ctx, step)
@@ -175,7 +176,7 @@ func BenchmarkRecordEncode(b *testing.B) {
 // BenchmarkReadResult reads a 1 KiB result from a workspace.
 func BenchmarkReadResult(b *testing.B) {
 	f := newFixture(b)
-	ws := f.workspace(b, "result")
+	ws := f.workspace(b)
 	if _, err := ws.WriteFiles(map[string]string{"out/result.json": ResultJSON}); err != nil {
 		b.Fatal(err)
 	}

@@ -20,13 +20,13 @@ import (
 
 // Overhead rows, in the order printed, with what bounds each.
 var overheadItems = []struct{ key, name, per, bound string }{
-	{"ws_create", "workspace create (tmpfs.Manager.Create)", "task", "mount(2) of a tmpfs + mkdir/chown of in,out,tmp (plain dirs without CAP_SYS_ADMIN)"},
+	{"ws_create", "workspace create (tmpfs.Slot.Create)", "task", "remount of the slot's tmpfs to the quota + reset of its top dir + mkdir/chown of in,out,tmp"},
 	{"ws_write", "workspace write files (1 file, 1 KiB)", "task", "openat2 + write + fchown on tmpfs (memory)"},
-	{"ws_remove", "workspace remove (Workspace.Remove)", "task", "umount2 of the tmpfs (or an unlinkat walk)"},
+	{"ws_remove", "workspace remove (Workspace.Remove)", "task", "an unlinkat walk of the workspace's entries + reset of its top dir"},
 	{"tmpdir", "baseline temp dir (MkdirTemp+3 mkdir+write+RemoveAll)", "task", "disk filesystem metadata ops below $TMPDIR"},
-	{"slot_run", "step via slot helper: Slot.Run(/bin/true)", "step", "fork+exec in the helper, ptrace stop at exec + prlimit, 3 pipes + fd passing, kill(-1) sweep, 2 unix-socket messages"},
+	{"slot_run", "step via slot helper: Slot.Run(/bin/true)", "step", "fork+exec in the helper, PATH lookup, ptrace stop at exec + prlimit, 3 pipes + fd passing, kill(-1) sweep, IPC sweep, 2 unix-socket messages"},
 	{"exec", "bare exec.Command(/bin/true).Run()", "step", "fork/exec (clone+execve+wait) of a tiny binary"},
-	{"slot_start", "helper start + stop: sandbox.NewSlot+Close", "slot", "re-exec of this binary + clone of pid/mnt/ipc/uts/net namespaces, uid drop, Landlock; once per slot, not per task"},
+	{"slot_start", "helper start + stop: sandbox.NewSlot+Close", "slot", "re-exec of this binary + clone of pid/mnt/ipc/uts/net namespaces, the view (~25 mounts, pivot_root), uid drop, Landlock, seccomp; once per slot, not per task"},
 	{"read_result", "output: contract.ReadResult (1 KiB)", "task", "openat2 walk + fstat + read on tmpfs"},
 	{"compile", "output: contract.Compile (same schema: cache hit)", "task", "SHA-256 of the schema + LRU lookup"},
 	{"compile_new", "output: contract.Compile (new schema: cache miss)", "schema", "gojsonschema compilation + meta-schema check; once per distinct schema per process"},
@@ -120,19 +120,20 @@ func (h *harness) overhead(ctx context.Context, acc *overheadAcc, round int) err
 		scfg.UID, scfg.GID, scfg.Namespaces = uid, gid, true
 		slotName = fmt.Sprintf("slot-%d", uid)
 	}
-	slotDir, err := mgr.SlotDir(slotName)
+	area, err := mgr.Slot(slotName, uid, gid)
 	if err != nil {
 		return err
 	}
-	scfg.SlotDir = slotDir
+	defer area.Close()
+	scfg.Workspace, scfg.View = area.Dir(), scfg.Namespaces
 	files := map[string]string{"gen.sh": scriptSh}
 	quota := int64(limits.DefaultPolicy().Default.Workspace)
 
 	// Workspaces, as the worker makes them for each task.
 	var tc, tw, tr time.Duration
-	for i := range iters {
+	for range iters {
 		t0 := time.Now()
-		ws, err := mgr.Create(slotDir, fmt.Sprintf("r%d-w%d", round, i), uid, gid, quota)
+		ws, err := area.Create(quota)
 		if err != nil {
 			return err
 		}
@@ -194,12 +195,12 @@ func (h *harness) overhead(ctx context.Context, acc *overheadAcc, round int) err
 		return err
 	}
 	defer box.Close()
-	ws, err := mgr.Create(slotDir, fmt.Sprintf("r%d-steps", round), uid, gid, quota)
+	ws, err := area.Create(quota)
 	if err != nil {
 		return err
 	}
 	defer ws.Remove()
-	step := sandbox.Step{Argv: []string{"/bin/true"}, Dir: ws.Path(), Limits: limits.DefaultPolicy().Default, Timeout: 10 * time.Second}
+	step := sandbox.Step{Argv: []string{"/bin/true"}, Limits: limits.DefaultPolicy().Default, Timeout: 10 * time.Second}
 	helper := helperPID()
 	slotRun := func() error {
 		c0 := selfCPU() + procCPU(helper)

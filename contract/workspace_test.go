@@ -34,11 +34,11 @@ func newWorkspace(t *testing.T) *tmpfs.Workspace {
 			t.Error(err)
 		}
 	})
-	slot, err := m.SlotDir("s0")
+	slot, err := m.Slot("s0", os.Getuid(), os.Getgid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws, err := m.Create(slot, "t1", os.Getuid(), os.Getgid(), 64<<20)
+	ws, err := slot.Create(64 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,8 @@ import (
 var bin struct {
 	dir                     string
 	worker, enqueu, approve string
+	probeDir                string // testdata/probe.c built, in a directory of its own; "" without a C compiler
+	probeErr                string
 }
 
 func TestMain(m *testing.M) {
@@ -38,6 +40,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin.dir = dir
+	os.Chmod(dir, 0o711) // the probe runs as slot uids too
 	bin.worker, bin.enqueu, bin.approve = filepath.Join(dir, "worker"), filepath.Join(dir, "enqueue"), filepath.Join(dir, "approve")
 	for out, pkg := range map[string]string{bin.worker: "../cmd/worker", bin.enqueu: "../cmd/enqueue", bin.approve: "../cmd/approve"} {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
@@ -47,6 +50,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	buildProbe(dir)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -60,6 +64,7 @@ type bundle struct {
 	client *airlock.Client
 	root   string // workspace root of the worker
 	worker *workerProc
+	extra  []*os.File // descriptors the worker inherits (fd 3, 4...)
 }
 
 type workerProc struct {
@@ -94,6 +99,13 @@ func needRoot(t *testing.T) {
 // setup gives a test its queue and a running worker with extra flags.
 func setup(t *testing.T, flags ...string) *bundle {
 	t.Helper()
+	return setupInherit(t, nil, flags...)
+}
+
+// setupInherit is setup with a worker that inherits extra descriptors, as
+// a worker started carelessly by a supervisor would: fd 3, 4...
+func setupInherit(t *testing.T, extra []*os.File, flags ...string) *bundle {
+	t.Helper()
 	needRoot(t)
 	b := &bundle{t: t, queue: redistest.Queue(t), url: redistest.URL(t)}
 	b.client = airlock.NewClient(redistest.Client(t), airlock.ClientOptions{Retention: time.Hour})
@@ -106,6 +118,7 @@ func setup(t *testing.T, flags ...string) *bundle {
 		}
 	}
 	b.root = filepath.Join(tmp, "ws")
+	b.extra = extra
 	b.worker = b.startWorker(flags...)
 	return b
 }
@@ -118,6 +131,7 @@ func (b *bundle) startWorker(flags ...string) *workerProc {
 		"-shutdown-timeout", "1s", "-grace", "200ms",
 	}, flags...)
 	cmd := exec.Command(bin.worker, args...)
+	cmd.ExtraFiles = b.extra
 	logs := &lockedBuffer{}
 	cmd.Stderr, cmd.Stdout = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -152,6 +166,36 @@ func (b *bundle) startWorker(flags ...string) *workerProc {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return wp
+}
+
+// buildProbe compiles internal/sandbox/testdata/probe.c into dir/probe/probe, a directory
+// the tests bind into the steps' view.
+func buildProbe(dir string) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		bin.probeErr = "no C compiler: " + err.Error()
+		return
+	}
+	pd := filepath.Join(dir, "probe")
+	if err := os.Mkdir(pd, 0o755); err != nil {
+		bin.probeErr = err.Error()
+		return
+	}
+	out, err := exec.Command(cc, "-O1", "-o", filepath.Join(pd, "probe"), "../internal/sandbox/testdata/probe.c").CombinedOutput()
+	if err != nil {
+		bin.probeErr = fmt.Sprintf("cc internal/sandbox/testdata/probe.c: %v\n%s", err, out)
+		return
+	}
+	bin.probeDir = pd
+}
+
+// probeBind is the -ro-bind flag that puts the probe at /opt/airlock-probe/probe.
+func probeBind(t *testing.T) []string {
+	t.Helper()
+	if bin.probeDir == "" {
+		t.Skipf("no probe: %s", bin.probeErr)
+	}
+	return []string{"-ro-bind", bin.probeDir + ":/opt/airlock-probe"}
 }
 
 // spec builds a spec on the test's queue from JSON with the queue filled in.

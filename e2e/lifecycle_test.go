@@ -95,7 +95,7 @@ func TestCrashRecovery(t *testing.T) {
 	b := setup(t)
 	marker := "5." + numMarker()
 	e, err := b.client.Enqueue(context.Background(), b.spec(`{"version": 1, "max_retry": 2,
-		"steps": [{"run": ["sh", "-c", "sleep `+marker+`; echo finished"]}]}`))
+		"steps": [{"run": ["sh", "-c", "touch left-`+marker+`; sleep `+marker+`; echo finished"]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,12 +107,13 @@ func TestCrashRecovery(t *testing.T) {
 	if !eventually(5*time.Second, func() bool { return len(procsMatching("sleep "+marker)) == 0 }) {
 		t.Fatalf("the step outlived its SIGKILLed worker: %v", procsMatching("sleep "+marker))
 	}
-	left, _ := filepath.Glob(filepath.Join(b.root, "slot-*", e.TaskID))
+	leftBehind := filepath.Join(b.root, "slot-*", "ws", "left-"+marker)
+	left, _ := filepath.Glob(leftBehind)
 	if len(left) == 0 {
 		t.Fatal("expected the killed worker to leave its workspace behind (test premise)")
 	}
 	b.worker = b.startWorker()
-	if left, _ := filepath.Glob(filepath.Join(b.root, "slot-*", e.TaskID)); len(left) != 0 {
+	if left, _ := filepath.Glob(leftBehind); len(left) != 0 {
 		// The task may already be re-running in a fresh workspace of the same
 		// name only after the lease expired, which takes far longer than a start.
 		t.Fatalf("the new worker did not sweep the old workspace: %v", left)

@@ -95,11 +95,16 @@ type Isolation struct {
 	Mode     string `json:"mode"`          // strict | best-effort
 	User     string `json:"user"`          // e.g. "uid per slot from 200000" or "off: worker is not root"
 	UID      int    `json:"uid,omitempty"` // the uid this run's steps ran as
-	Network  string `json:"network"`       // e.g. "netns (loopback only)"
-	Landlock string `json:"landlock"`      // e.g. "abi 7" or "off: ..."
-	Quota    string `json:"quota"`         // e.g. "tmpfs" or "scan after each step"
+	Network  string `json:"network"`       // e.g. "network namespace (loopback only)"
+	Root     string `json:"root"`          // the steps' filesystem: "pivot_root: own tree (...)" or "off: ..."
+	Landlock string `json:"landlock"`      // e.g. "abi 7 (...)" or "off: ..."
+	Seccomp  string `json:"seccomp"`       // the syscall filter: profile and rule count, or "off: ..."
+	IPC      string `json:"ipc"`           // e.g. "ipc namespace per slot; ... removed after each step"
+	Keys     string `json:"keys"`          // kernel keyrings
+	FDs      string `json:"descriptors"`   // what descriptors reach a step
+	Quota    string `json:"quota"`         // e.g. "tmpfs per slot, sized to each task's quota" or "scan after each step"
 	Tree     string `json:"tree"`          // e.g. "pid namespace" or "process group"
-	Rlimits  string `json:"rlimits"`       // e.g. "ptrace stop at exec + prlimit"
+	Rlimits  string `json:"rlimits"`       // e.g. "prlimit while stopped at exec (ptrace)"
 }
 
 // Workspace is what the run's workspace used.

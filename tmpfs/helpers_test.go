@@ -18,16 +18,16 @@ import (
 // The test binary doubles as the helper processes some tests need: it runs
 // helper instead of the tests when helperEnv is set.
 const (
-	helperEnv = "AIRLOCK_TMPFS_TEST_HELPER" // "crash" or "slave"
-	rootEnv   = "AIRLOCK_TMPFS_TEST_ROOT"   // the workspace root to use
+	helperEnv = "AIRLOCK_TMPFS_TEST_HELPER" // "crash" or "statfs"
+	rootEnv   = "AIRLOCK_TMPFS_TEST_ROOT"   // the workspace root (crash) or the directory to statfs
 )
 
 func TestMain(m *testing.M) {
 	switch os.Getenv(helperEnv) {
 	case "crash":
 		crashHelper(os.Getenv(rootEnv))
-	case "slave":
-		slaveHelper(os.Getenv(rootEnv))
+	case "statfs":
+		statfsHelper(os.Getenv(rootEnv))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -41,12 +41,12 @@ func crashHelper(root string) {
 	if err != nil {
 		die(err)
 	}
-	slot, err := m.SlotDir("s0")
+	uid, gid := stepIDs()
+	slot, err := m.Slot("s0", uid, gid)
 	if err != nil {
 		die(err)
 	}
-	uid, gid := stepIDs()
-	ws, err := m.Create(slot, "stale", uid, gid, 1<<20)
+	ws, err := slot.Create(1 << 20)
 	if err != nil {
 		die(err)
 	}
@@ -58,26 +58,30 @@ func crashHelper(root string) {
 	select {}
 }
 
-// slaveHelper plays a step helper: started in a mount namespace of its own,
-// it makes every mount there a slave, says "ready", then for each line read
-// from stdin prints the mount points at or below root it sees, then "end".
-func slaveHelper(root string) {
-	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
-		fmt.Fprintln(os.Stderr, "make / a slave:", err)
+// statfsHelper plays a sandbox helper: started in a mount namespace of its
+// own (a copy of the test's, made after the slot's tmpfs was mounted), it
+// makes every mount there private, says "ready", then for each line read
+// from stdin prints the size in bytes of the filesystem at dir, as it sees
+// it, and the number of mounts at or below dir.
+func statfsHelper(dir string) {
+	if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+		fmt.Fprintln(os.Stderr, "make / private:", err)
 		os.Exit(2)
 	}
 	fmt.Println("ready")
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
 		mounts, err := readMounts()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		for _, mp := range atOrBelow(mounts, root) {
-			fmt.Println(mp.Point)
-		}
-		fmt.Println("end")
+		fmt.Println(int64(st.Blocks)*st.Bsize, len(atOrBelow(mounts, dir)))
 	}
 	os.Exit(0)
 }
@@ -201,11 +205,12 @@ func mountPointsAtOrBelow(t testing.TB, dir string) []string {
 	return out
 }
 
-// fixture is a Manager on a fresh root, with one slot.
+// fixture is a Manager on a fresh root, with slots made on demand.
 type fixture struct {
-	m          *tmpfs.Manager
-	root, slot string
-	uid, gid   int
+	m        *tmpfs.Manager
+	root     string
+	uid, gid int
+	slots    map[string]*tmpfs.Slot
 }
 
 // newFixture returns a fixture, with tmpfs workspaces if mount (skipping the
@@ -228,20 +233,31 @@ func newFixture(t testing.TB, mount bool) *fixture {
 	if m.Mounted() != mount {
 		t.Fatalf("New(mount=%v): Mounted() = %v, mechanism %q", mount, m.Mounted(), m.Mechanism())
 	}
-	slot, err := m.SlotDir("s0")
-	if err != nil {
-		t.Fatalf("SlotDir: %v", err)
-	}
 	uid, gid := stepIDs()
-	return &fixture{m: m, root: root, slot: slot, uid: uid, gid: gid}
+	return &fixture{m: m, root: root, uid: uid, gid: gid, slots: map[string]*tmpfs.Slot{}}
 }
 
-// create makes the workspace id of quota bytes, removed at the end of the test.
-func (f *fixture) create(t testing.TB, id string, quota int64) *tmpfs.Workspace {
+// slot returns the fixture's slot name, made on first use.
+func (f *fixture) slot(t testing.TB, name string) *tmpfs.Slot {
 	t.Helper()
-	ws, err := f.m.Create(f.slot, id, f.uid, f.gid, quota)
+	if s := f.slots[name]; s != nil {
+		return s
+	}
+	s, err := f.m.Slot(name, f.uid, f.gid)
 	if err != nil {
-		t.Fatalf("Create(%q): %v", id, err)
+		t.Fatalf("Slot(%q): %v", name, err)
+	}
+	f.slots[name] = s
+	return s
+}
+
+// create readies the workspace of slot name with quota bytes; it is removed
+// at the end of the test.
+func (f *fixture) create(t testing.TB, name string, quota int64) *tmpfs.Workspace {
+	t.Helper()
+	ws, err := f.slot(t, name).Create(quota)
+	if err != nil {
+		t.Fatalf("Create(%q): %v", name, err)
 	}
 	t.Cleanup(func() {
 		if err := ws.Remove(); err != nil {

@@ -1,14 +1,17 @@
 // Package tmpfs provides the per-task workspace: a directory with in/, out/
-// and tmp/ below it, owned by the uid a task's steps run as, and removed with
-// everything in it when the task ends.
+// and tmp/ below it, owned by the uid a task's steps run as, and emptied
+// when the task ends.
 //
-// When the worker may mount (it has CAP_SYS_ADMIN), every workspace is a
-// tmpfs of its own whose size is the task's workspace quota, so the kernel
-// enforces the quota (a write past it fails with ENOSPC) and what a step
-// writes takes memory (or swap), never the filesystem below the root; the
-// operator's workspace maximum times the slots must fit in memory. Otherwise
-// a workspace is a plain directory and the quota is checked by scanning it
-// after each step (Workspace.Usage). Manager.Mechanism says which.
+// Each concurrency slot has one workspace directory (Slot), at a path that
+// never changes, which its tasks use in turn: a sandbox can bind it into
+// its steps' view once. When the worker may mount (it has CAP_SYS_ADMIN),
+// that directory is a tmpfs, mounted once per slot and resized to each
+// task's workspace quota, so the kernel enforces the quota (a write past it
+// fails with ENOSPC) and what a step writes takes memory (or swap), never
+// the filesystem below the root; the operator's workspace maximum times the
+// slots must fit in memory. Otherwise it is a plain directory and the
+// quota is checked by scanning it after each step (Workspace.Usage).
+// Manager.Mechanism says which.
 //
 // Everything below a workspace was written by untrusted code. The reads of
 // this package (ReadFile, List, Usage) never follow a symbolic link, never
@@ -17,8 +20,8 @@
 // The layout below a Manager's root is
 //
 //	root/.lock           flock held by the live Manager; holds its pid
-//	root/<slot>/         one per concurrency slot (SlotDir), mode 0711
-//	root/<slot>/<task>/  a workspace (Create), mode 0700, owned by the step uid
+//	root/<slot>/         one per concurrency slot, mode 0711
+//	root/<slot>/ws/      the slot's workspace (Slot.Dir), mode 0700, owned by the step uid
 //
 // A worker that is killed leaves its workspaces, and with tmpfs their mounts,
 // behind; the next Manager on the same root sweeps them (New, Sweep).
@@ -132,18 +135,13 @@ type Manager struct {
 // writes its pid there; while another Manager holds it, New fails with a
 // *RootInUseError that names the holder's pid.
 //
-// With mount, each workspace will be a tmpfs. New first bind-mounts root onto
-// itself (unless it already is a mount point, for instance one left by a
-// killed worker) and makes that mount MS_SHARED in a peer group of its own.
-// The helper processes that later run steps create their own mount namespace,
-// in which their copy of root is a peer of ours until they make it MS_SLAVE;
-// as a slave it still receives every mount and unmount made below root
-// afterwards, so the tmpfs of a workspace created after a helper started is
-// visible in the helper's namespace, and gone there once removed. The peer
-// group is our own (MS_PRIVATE, then MS_SHARED) so that workspace mounts do
-// not propagate to the rest of the host. New then mounts and unmounts a small
-// tmpfs to check that mounting works. If any of this fails, New does not
-// fail: workspaces are plain directories, Mounted is false and Mechanism says
+// With mount, each slot's workspace will be a tmpfs. New first bind-mounts
+// root onto itself (unless it already is a mount point, for instance one
+// left by a killed worker) and makes that mount MS_PRIVATE, so that the
+// workspace mounts below it do not propagate to the rest of the host (the
+// host's "/" is often shared). New then mounts and unmounts a small tmpfs
+// to check that mounting works. If any of this fails, New does not fail:
+// workspaces are plain directories, Mounted is false and Mechanism says
 // why; a caller that requires tmpfs checks Mounted.
 //
 // Finally New calls Sweep, so that the Manager starts from an empty root.
@@ -244,8 +242,8 @@ func (m *Manager) lockRoot() error {
 	return nil
 }
 
-// mountRoot makes root a shared mount point of its own peer group and checks
-// that a tmpfs can be mounted below it. See New for why.
+// mountRoot makes root a private mount point and checks that a tmpfs can be
+// mounted below it. See New for why.
 func (m *Manager) mountRoot() error {
 	isMount, err := isMountPoint(m.root)
 	if err != nil {
@@ -274,13 +272,9 @@ func (m *Manager) mountRoot() error {
 		}
 		m.madeBind = true
 	}
-	// Leave the parent's peer group (the host's "/" is often shared), then
-	// start a new one, which helpers' namespaces join and then follow.
+	// Leave the parent's peer group (the host's "/" is often shared).
 	if err := unix.Mount("", m.root, "", unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make %s private: %w", m.root, err)
-	}
-	if err := unix.Mount("", m.root, "", unix.MS_SHARED, ""); err != nil {
-		return fmt.Errorf("make %s shared: %w", m.root, err)
 	}
 	probe := filepath.Join(m.root, probeName)
 	if err := unmountAt(probe); err != nil {
@@ -318,10 +312,11 @@ func (m *Manager) Root() string { return m.root }
 func (m *Manager) Mounted() bool { return m.mounted }
 
 // Mechanism says how workspace quotas are enforced, for the run record:
-// "tmpfs per workspace", or "scan after each step (no tmpfs: <reason>)".
+// "tmpfs per slot, sized to each task's quota", or "scan after each step
+// (no tmpfs: <reason>)".
 func (m *Manager) Mechanism() string {
 	if m.mounted {
-		return "tmpfs per workspace"
+		return "tmpfs per slot, sized to each task's quota"
 	}
 	return "scan after each step (no tmpfs: " + m.reason + ")"
 }
@@ -332,9 +327,9 @@ func (m *Manager) Swept() int { return m.swept }
 
 // Sweep removes everything a killed worker left below root: it lazily
 // unmounts every mount below root (deepest first), then removes every entry
-// of root but the lock, slot directories included (SlotDir makes them
-// again). It returns how many workspaces (entries of slot directories) it
-// removed. Call it only while no workspace is in use.
+// of root but the lock, slot directories included. It returns how many slot
+// workspaces it removed. Call it only while no slot is in use: the slots
+// are gone afterwards, and Manager.Slot makes them again.
 func (m *Manager) Sweep() (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -394,81 +389,6 @@ func (m *Manager) Close() error {
 		return fmt.Errorf("close workspace root %s: %w", m.root, err)
 	}
 	return nil
-}
-
-// SlotDir returns root/name, the directory below which the workspaces of one
-// concurrency slot live, creating it if needed with mode 0711 (steps can
-// traverse it but not list or change it), owned by root when run as root.
-// It is idempotent. name follows the rules of a task id (see Create) and
-// does not start with a dot.
-func (m *Manager) SlotDir(name string) (string, error) {
-	if err := checkSlot(name); err != nil {
-		return "", err
-	}
-	dir := filepath.Join(m.root, name)
-	if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
-		return "", fmt.Errorf("slot directory: %w", err)
-	}
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return "", fmt.Errorf("slot directory: %w", err)
-	}
-	if !st.IsDir() {
-		return "", fmt.Errorf("slot directory %s: %w", dir, &TypeError{Path: name, Type: typeName(uint32(st.Sys().(*syscall.Stat_t).Mode)), Want: "dir"})
-	}
-	if err := os.Chmod(dir, 0o711); err != nil {
-		return "", fmt.Errorf("slot directory: %w", err)
-	}
-	if os.Geteuid() == 0 {
-		if err := os.Lchown(dir, 0, 0); err != nil {
-			return "", fmt.Errorf("slot directory: %w", err)
-		}
-	}
-	return dir, nil
-}
-
-// Create makes the workspace slotDir/id for a task whose steps run as
-// uid:gid, with in/, out/ and tmp/ (mode 0700, owned by uid:gid) below it.
-// slotDir is one SlotDir returned (it is made again if a Sweep removed it);
-// id is the task id: 1 to 128 characters of A-Z a-z 0-9 . _ -, not "." or
-// "..". A workspace left by an earlier attempt of the same task is removed
-// first.
-//
-// When Mounted, the workspace is a tmpfs of quota bytes (rounded up to a
-// page) and max(1024, quota/4096) inodes, mode 0700, owned by uid:gid,
-// mounted nosuid,nodev. Otherwise it is a directory, mode 0700, owned by
-// uid:gid, and quota is only what Usage compares with.
-func (m *Manager) Create(slotDir, id string, uid, gid int, quota int64) (*Workspace, error) {
-	if err := checkID(id); err != nil {
-		return nil, err
-	}
-	slot := filepath.Clean(slotDir)
-	if filepath.Dir(slot) != m.root || checkSlot(filepath.Base(slot)) != nil {
-		return nil, fmt.Errorf("create workspace %s: %s is not a slot directory of %s", id, slotDir, m.root)
-	}
-	if uid < 0 || gid < 0 {
-		return nil, fmt.Errorf("create workspace %s: invalid owner %d:%d", id, uid, gid)
-	}
-	if quota <= 0 { // a tmpfs of size 0 would have no limit at all
-		return nil, fmt.Errorf("create workspace %s: quota %d: must be positive", id, quota)
-	}
-	m.mu.Lock()
-	closed := m.closed
-	m.mu.Unlock()
-	if closed {
-		return nil, fmt.Errorf("create workspace %s: %w", id, ErrClosed)
-	}
-	if _, err := m.SlotDir(filepath.Base(slot)); err != nil {
-		return nil, fmt.Errorf("create workspace %s: %w", id, err)
-	}
-	w := &Workspace{path: filepath.Join(slot, id), quota: quota, uid: uid, gid: gid, mounted: m.mounted}
-	if err := w.remove(); err != nil {
-		return nil, fmt.Errorf("create workspace %s: remove the previous one: %w", w.path, err)
-	}
-	if err := w.create(); err != nil {
-		return nil, errors.Join(fmt.Errorf("create workspace %s: %w", w.path, err), w.remove())
-	}
-	return w, nil
 }
 
 // inodeLimit is the nr_inodes of a workspace tmpfs: one per 4 KiB of quota,

@@ -3,6 +3,7 @@ package tmpfs_test
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock/tmpfs"
@@ -63,7 +65,7 @@ func TestNew(t *testing.T) {
 		}
 
 		if mount {
-			if got, want := m.Mechanism(), "tmpfs per workspace"; got != want {
+			if got, want := m.Mechanism(), "tmpfs per slot, sized to each task's quota"; got != want {
 				t.Errorf("Mechanism() = %q, want %q", got, want)
 			}
 			mounts, err := readMounts()
@@ -74,8 +76,9 @@ func TestNew(t *testing.T) {
 			if len(at) != 1 || at[0].Point != root {
 				t.Fatalf("mounts at or below root: %+v, want one bind mount of root", at)
 			}
-			if !slices.ContainsFunc(at[0].Optional, func(s string) bool { return strings.HasPrefix(s, "shared:") }) {
-				t.Errorf("root mount is not shared: optional fields %q", at[0].Optional)
+			// Private: the slots' mounts do not propagate to the host.
+			if slices.ContainsFunc(at[0].Optional, func(s string) bool { return strings.HasPrefix(s, "shared:") || strings.HasPrefix(s, "master:") }) {
+				t.Errorf("root mount is not private: optional fields %q", at[0].Optional)
 			}
 		} else if got := m.Mechanism(); !strings.HasPrefix(got, "scan after each step (no tmpfs: ") {
 			t.Errorf("Mechanism() = %q, want the scan mechanism with a reason", got)
@@ -151,14 +154,17 @@ func TestRootInUse(t *testing.T) {
 	})
 }
 
-// TestMountPropagation checks the point of the shared root: a step helper
-// that made its own mount namespace, with every mount a slave, sees the
-// tmpfs of a workspace created after it started, and sees it go.
-func TestMountPropagation(t *testing.T) {
+// TestResizeSeenThroughCopy checks the point of one mount per slot: a
+// sandbox helper that copied the mount table (its own mount namespace,
+// made once, after the slot's tmpfs) sees each task's quota, since a
+// remount changes the superblock its copy shares, and no mount is made or
+// removed per task.
+func TestResizeSeenThroughCopy(t *testing.T) {
 	f := newFixture(t, true)
+	slot := f.slot(t, "s0")
 
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), helperEnv+"=slave", rootEnv+"="+f.root)
+	cmd.Env = append(os.Environ(), helperEnv+"=statfs", rootEnv+"="+slot.Dir())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -182,69 +188,87 @@ func TestMountPropagation(t *testing.T) {
 	if !out.Scan() || out.Text() != "ready" {
 		t.Fatalf("helper did not start: %q %v", out.Text(), out.Err())
 	}
-	seen := func() []string {
+	seen := func() string {
 		t.Helper()
 		if _, err := io.WriteString(stdin, "check\n"); err != nil {
 			t.Fatal(err)
 		}
-		var mps []string
-		for out.Scan() && out.Text() != "end" {
-			mps = append(mps, out.Text())
+		if !out.Scan() {
+			t.Fatalf("helper: %v", out.Err())
 		}
-		return mps
+		return out.Text()
 	}
-
-	ws, err := f.m.Create(f.slot, "t1", f.uid, f.gid, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]string{f.root, ws.Path()}, seen()); diff != "" {
-		t.Errorf("helper's mounts after Create (-want +got):\n%s", diff)
-	}
-	if err := ws.Remove(); err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]string{f.root}, seen()); diff != "" {
-		t.Errorf("helper's mounts after Remove (-want +got):\n%s", diff)
+	for _, quota := range []int64{3 << 20, 1 << 20, 8 << 20} {
+		ws, err := slot.Create(quota)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := seen(), fmt.Sprintf("%d 1", quota); got != want {
+			t.Errorf("quota %d: the helper sees %q (bytes, mounts), want %q", quota, got, want)
+		}
+		if err := ws.Remove(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
-func TestSlotDir(t *testing.T) {
-	f := newFixture(t, false)
-	for range 2 { // idempotent
-		dir, err := f.m.SlotDir("slot-1")
-		if err != nil {
-			t.Fatalf("SlotDir: %v", err)
+func TestSlot(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mount bool) {
+		f := newFixture(t, mount)
+		for i := range 2 { // a second Slot of the same name makes it afresh
+			s, err := f.m.Slot("slot-1", f.uid, f.gid)
+			if err != nil {
+				t.Fatalf("Slot #%d: %v", i+1, err)
+			}
+			if want := filepath.Join(f.root, "slot-1", "ws"); s.Dir() != want {
+				t.Errorf("Dir() = %q, want %q", s.Dir(), want)
+			}
+			base := entry{Type: "dir", Perm: 0o711, UID: os.Geteuid(), GID: os.Getegid()}
+			if os.Geteuid() == 0 {
+				base.GID = 0
+			}
+			want := map[string]entry{"slot": base, "ws": {Type: "dir", Perm: 0o700, UID: f.uid, GID: f.gid}}
+			got := map[string]entry{"slot": lstat(t, filepath.Dir(s.Dir())), "ws": lstat(t, s.Dir())}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("Slot #%d (-want +got):\n%s", i+1, diff)
+			}
+			if i == 0 {
+				if err := os.WriteFile(filepath.Join(s.Dir(), "left"), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := os.Lstat(filepath.Join(s.Dir(), "left")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the second Slot kept the first one's file: %v", err)
+			}
+			var wantMounts []string
+			if mount {
+				wantMounts = []string{s.Dir()}
+			}
+			if diff := cmp.Diff(wantMounts, mountPointsAtOrBelow(t, s.Dir())); diff != "" {
+				t.Errorf("mounts at the slot's workspace (-want +got):\n%s", diff)
+			}
 		}
-		if want := filepath.Join(f.root, "slot-1"); dir != want {
-			t.Errorf("SlotDir = %q, want %q", dir, want)
+		for _, name := range []string{"", ".", "..", ".lock", ".hidden", "a/b", "a b", "tâche", strings.Repeat("s", 129)} {
+			if _, err := f.m.Slot(name, f.uid, f.gid); !errors.Is(err, tmpfs.ErrBadID) {
+				t.Errorf("Slot(%q) = %v, want ErrBadID", name, err)
+			}
 		}
-		want := entry{Type: "dir", Perm: 0o711, UID: os.Geteuid(), GID: os.Getegid()}
-		if os.Geteuid() == 0 {
-			want.GID = 0
+		if _, err := f.m.Slot("s2", -1, f.gid); err == nil {
+			t.Error("Slot with uid -1 succeeded")
 		}
-		if diff := cmp.Diff(want, lstat(t, dir)); diff != "" {
-			t.Errorf("slot directory (-want +got):\n%s", diff)
-		}
-	}
-	for _, name := range []string{"", ".", "..", ".lock", ".hidden", "a/b", "a b", strings.Repeat("s", 129)} {
-		if _, err := f.m.SlotDir(name); !errors.Is(err, tmpfs.ErrBadID) {
-			t.Errorf("SlotDir(%q) = %v, want ErrBadID", name, err)
-		}
-	}
+	})
 }
 
 func TestCreate(t *testing.T) {
 	forEachMode(t, func(t *testing.T, mount bool) {
 		f := newFixture(t, mount)
 		const quota = 3<<20 + 100 // not a page multiple
-		ws := f.create(t, "task-1", quota)
-
-		if want := filepath.Join(f.slot, "task-1"); ws.Path() != want {
-			t.Errorf("Path() = %q, want %q", ws.Path(), want)
+		slot := f.slot(t, "s0")
+		ws, err := slot.Create(quota)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if ws.Quota() != quota {
-			t.Errorf("Quota() = %d, want %d", ws.Quota(), quota)
+		if ws.Path() != slot.Dir() || ws.Quota() != quota {
+			t.Errorf("Path() = %q, Quota() = %d; want %q, %d", ws.Path(), ws.Quota(), slot.Dir(), quota)
 		}
 		want := map[string]entry{}
 		got := map[string]entry{}
@@ -255,7 +279,6 @@ func TestCreate(t *testing.T) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("workspace layout (-want +got):\n%s", diff)
 		}
-
 		var st unix.Statfs_t
 		if err := unix.Statfs(ws.Path(), &st); err != nil {
 			t.Fatal(err)
@@ -284,103 +307,159 @@ func TestCreate(t *testing.T) {
 				t.Errorf("workspace mount options %q, want nosuid and nodev", at[0].Options)
 			}
 		}
-
-		// A retry of the task (after a crash) gets a fresh workspace.
-		f.plant(t, ws, "out/old.txt", []byte("from the first attempt"))
-		again := f.create(t, "task-1", quota)
-		if _, err := os.Lstat(filepath.Join(again.Path(), "out/old.txt")); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("the first attempt's file survived Create: %v", err)
+		// One workspace at a time.
+		if _, err := slot.Create(quota); !errors.Is(err, tmpfs.ErrBusy) {
+			t.Errorf("second Create: %v, want ErrBusy", err)
 		}
-		if mount {
-			if got := mountPointsAtOrBelow(t, ws.Path()); len(got) != 1 {
-				t.Errorf("mounts at the re-created workspace: %q, want exactly one", got)
+		if err := ws.Remove(); err != nil {
+			t.Fatal(err)
+		}
+		again, err := slot.Create(1 << 20)
+		if err != nil {
+			t.Fatalf("Create after Remove: %v", err)
+		}
+		if err := again.Remove(); err != nil {
+			t.Error(err)
+		}
+		for _, q := range []int64{0, -1} {
+			if ws, err := slot.Create(q); err == nil {
+				ws.Remove()
+				t.Errorf("Create(quota %d) succeeded", q)
 			}
 		}
 	})
 }
 
-func TestCreateRejects(t *testing.T) {
-	f := newFixture(t, false)
-	for _, id := range []string{"", ".", "..", "a/b", "../x", "a b", "tâche", "x\x00", strings.Repeat("a", 129)} {
-		if _, err := f.m.Create(f.slot, id, f.uid, f.gid, 1<<20); !errors.Is(err, tmpfs.ErrBadID) {
-			t.Errorf("Create(id %q) = %v, want ErrBadID", id, err)
+// TestNothingLeftForTheNextTask: whatever a task leaves in its workspace
+// (files, locked directories, links, a FIFO, a changed mode and extended
+// attributes on the top directory) the next task of the slot does not
+// find, whether the first one's workspace was removed or not (a killed
+// worker's).
+func TestNothingLeftForTheNextTask(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mount bool) {
+		for _, removed := range []bool{true, false} {
+			t.Run(fmt.Sprintf("removed=%v", removed), func(t *testing.T) {
+				f := newFixture(t, mount)
+				slot := f.slot(t, "s0")
+				ws, err := slot.Create(1 << 20)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := ws.Path()
+				f.plant(t, ws, "out/r.txt", []byte("result"))
+				f.plant(t, ws, "dot.hidden", []byte("x"))
+				if err := os.MkdirAll(filepath.Join(p, "deep/a/b"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				for _, d := range []string{"deep/a/b", "deep/a", "deep"} {
+					if err := os.Chmod(filepath.Join(p, d), 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := os.Symlink("/etc", filepath.Join(p, "etc-link")); err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Mkfifo(filepath.Join(p, "tmp/fifo"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(p, 0o777); err != nil {
+					t.Fatal(err)
+				}
+				xattrs := map[string][]byte{
+					"user.airlock": []byte("kept?"),
+					// A POSIX ACL granting uid 12345 rwx (ACL_USER_OBJ, ACL_USER, ACL_GROUP_OBJ, ACL_MASK, ACL_OTHER).
+					"system.posix_acl_access": {2, 0, 0, 0, 1, 0, 7, 0, 255, 255, 255, 255, 2, 0, 7, 0, 0x39, 0x30, 0, 0, 4, 0, 7, 0, 255, 255, 255, 255, 16, 0, 7, 0, 255, 255, 255, 255, 32, 0, 5, 0, 255, 255, 255, 255},
+				}
+				var set []string
+				for name, v := range xattrs {
+					if err := unix.Setxattr(p, name, v, 0); err == nil {
+						set = append(set, name)
+					} else if err != unix.ENOTSUP && err != unix.EOPNOTSUPP {
+						t.Fatalf("setxattr %s: %v", name, err)
+					}
+				}
+				t.Logf("extended attributes set on the top directory: %q", set)
+				if removed {
+					if err := ws.Remove(); err != nil {
+						t.Fatalf("Remove: %v", err)
+					}
+					if got := names(t, p); len(got) != 0 {
+						t.Errorf("after Remove the workspace holds %q", got)
+					}
+				} else {
+					// The worker died: a new one makes the slot again.
+					if slot, err = f.m.Slot("s0", f.uid, f.gid); err != nil {
+						t.Fatal(err)
+					}
+				}
+				next, err := slot.Create(1 << 20)
+				if err != nil {
+					t.Fatalf("next Create: %v", err)
+				}
+				defer next.Remove()
+				if diff := cmp.Diff([]string{"in", "out", "tmp"}, names(t, p)); diff != "" {
+					t.Errorf("the next task's workspace (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(entry{Type: "dir", Perm: 0o700, UID: f.uid, GID: f.gid}, lstat(t, p)); diff != "" {
+					t.Errorf("top directory (-want +got):\n%s", diff)
+				}
+				for _, name := range set {
+					if _, err := unix.Getxattr(p, name, nil); err != unix.ENODATA {
+						t.Errorf("extended attribute %s survived: %v", name, err)
+					}
+				}
+				if _, err := os.Stat("/etc/passwd"); err != nil {
+					t.Errorf("emptying followed the symlink: %v", err)
+				}
+			})
 		}
-	}
-	for _, id := range []string{"task_1.retry-2", ".hidden", strings.Repeat("a", 128)} {
-		ws, err := f.m.Create(f.slot, id, f.uid, f.gid, 1<<20)
-		if err != nil {
-			t.Errorf("Create(id %q): %v", id, err)
-			continue
-		}
-		if err := ws.Remove(); err != nil {
-			t.Error(err)
-		}
-	}
-	for _, c := range []struct {
-		name     string
-		slot     string
-		uid, gid int
-		quota    int64
-	}{
-		{"slot outside root", t.TempDir(), f.uid, f.gid, 1 << 20},
-		{"root as slot", f.root, f.uid, f.gid, 1 << 20},
-		{"nested slot", filepath.Join(f.slot, "x"), f.uid, f.gid, 1 << 20},
-		{"zero quota", f.slot, f.uid, f.gid, 0},
-		{"negative quota", f.slot, f.uid, f.gid, -1},
-		{"negative uid", f.slot, -1, f.gid, 1 << 20},
-	} {
-		if ws, err := f.m.Create(c.slot, "t", c.uid, c.gid, c.quota); err == nil {
-			ws.Remove()
-			t.Errorf("%s: Create succeeded", c.name)
-		}
-	}
-	entries, err := os.ReadDir(f.slot)
+	})
+}
+
+// TestQuotaFollowsTheTask: a task with a smaller quota than the slot's
+// previous one gets ENOSPC at its own quota.
+func TestQuotaFollowsTheTask(t *testing.T) {
+	f := newFixture(t, true)
+	slot := f.slot(t, "s0")
+	big, err := slot.Create(8 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 0 {
-		t.Errorf("rejected Creates left %d entries in the slot", len(entries))
+	f.plant(t, big, "out/six", make([]byte, 6<<20))
+	if err := big.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	small, err := slot.Create(2 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Remove()
+	err = os.WriteFile(filepath.Join(small.Path(), "out/three"), make([]byte, 3<<20), 0o600)
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Errorf("3 MiB into a 2 MiB workspace: %v, want ENOSPC", err)
 	}
 }
 
 func TestSweep(t *testing.T) {
 	forEachMode(t, func(t *testing.T, mount bool) {
 		f := newFixture(t, mount)
-		slot1, err := f.m.SlotDir("s1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var made []*tmpfs.Workspace
-		for _, c := range []struct{ slot, id string }{{f.slot, "a"}, {f.slot, "b"}, {slot1, "c"}} {
-			ws, err := f.m.Create(c.slot, c.id, f.uid, f.gid, 1<<20)
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, name := range []string{"s0", "s1"} {
+			ws := f.create(t, name, 1<<20)
 			if _, err := ws.WriteFiles(map[string]string{"out/r.txt": "result"}); err != nil {
 				t.Fatal(err)
 			}
-			made = append(made, ws)
 		}
 		if err := os.WriteFile(filepath.Join(f.root, "stray"), []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-
 		n, err := f.m.Sweep()
 		if err != nil {
 			t.Fatalf("Sweep: %v", err)
 		}
-		if n != len(made) {
-			t.Errorf("Sweep removed %d workspaces, want %d", n, len(made))
+		if n != 2 {
+			t.Errorf("Sweep removed %d workspaces, want 2", n)
 		}
-		entries, err := os.ReadDir(f.root)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		if diff := cmp.Diff([]string{".lock"}, names); diff != "" {
+		if diff := cmp.Diff([]string{".lock"}, names(t, f.root)); diff != "" {
 			t.Errorf("root after Sweep (-want +got):\n%s", diff)
 		}
 		var wantMounts []string
@@ -390,14 +469,17 @@ func TestSweep(t *testing.T) {
 		if diff := cmp.Diff(wantMounts, mountPointsAtOrBelow(t, f.root)); diff != "" {
 			t.Errorf("mounts after Sweep (-want +got):\n%s", diff)
 		}
-		for _, ws := range made {
-			if err := ws.Remove(); err != nil {
-				t.Errorf("Remove after Sweep: %v", err)
-			}
+		// Slots are made again on demand.
+		s, err := f.m.Slot("s0", f.uid, f.gid)
+		if err != nil {
+			t.Fatal(err)
 		}
-		// Slots come back on demand.
-		if _, err := f.m.Create(f.slot, "d", f.uid, f.gid, 1<<20); err != nil {
-			t.Errorf("Create after Sweep: %v", err)
+		ws, err := s.Create(1 << 20)
+		if err != nil {
+			t.Fatalf("Create after Sweep: %v", err)
+		}
+		if err := ws.Remove(); err != nil {
+			t.Error(err)
 		}
 	})
 }
@@ -413,12 +495,12 @@ func TestSweepAfterCrash(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			slot, err := m.SlotDir("s0")
+			uid, gid := stepIDs()
+			slot, err := m.Slot("s0", uid, gid)
 			if err != nil {
 				t.Fatal(err)
 			}
-			uid, gid := stepIDs()
-			ws, err := m.Create(slot, "stale", uid, gid, 1<<20)
+			ws, err := slot.Create(1 << 20)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -450,7 +532,6 @@ func TestSweepAfterCrash(t *testing.T) {
 			if got := mountPointsAtOrBelow(t, stale); len(got) != 1 {
 				t.Fatalf("the crash left mounts %q at %s, want its tmpfs", got, stale)
 			}
-
 			m, err := tmpfs.New(root, true)
 			if err != nil {
 				t.Fatalf("New after crash: %v", err)
@@ -470,14 +551,17 @@ func TestSweepAfterCrash(t *testing.T) {
 			if diff := cmp.Diff([]string{root}, mountPointsAtOrBelow(t, root)); diff != "" {
 				t.Errorf("mounts after New (-want +got):\n%s", diff)
 			}
-			slot, err := m.SlotDir("s0")
+			uid, gid := stepIDs()
+			slot, err := m.Slot("s0", uid, gid)
 			if err != nil {
 				t.Fatal(err)
 			}
-			uid, gid := stepIDs()
-			ws, err := m.Create(slot, "stale", uid, gid, 1<<20)
+			ws, err := slot.Create(1 << 20)
 			if err != nil {
-				t.Fatalf("Create the same task again: %v", err)
+				t.Fatalf("Create in the same slot again: %v", err)
+			}
+			if got := names(t, ws.Path()); !slices.Equal(got, []string{"in", "out", "tmp"}) {
+				t.Errorf("the new workspace holds %q", got)
 			}
 			if err := ws.Remove(); err != nil {
 				t.Error(err)
@@ -489,7 +573,11 @@ func TestSweepAfterCrash(t *testing.T) {
 func TestClose(t *testing.T) {
 	forEachMode(t, func(t *testing.T, mount bool) {
 		f := newFixture(t, mount)
-		ws := f.create(t, "t1", 1<<20)
+		slot := f.slot(t, "s0")
+		ws, err := slot.Create(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := f.m.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
@@ -502,7 +590,13 @@ func TestClose(t *testing.T) {
 		if got := mountPointsAtOrBelow(t, f.root); len(got) != 0 {
 			t.Errorf("mounts after Close: %q", got)
 		}
-		if _, err := f.m.Create(f.slot, "t2", f.uid, f.gid, 1<<20); !errors.Is(err, tmpfs.ErrClosed) {
+		if _, err := f.m.Slot("s1", f.uid, f.gid); !errors.Is(err, tmpfs.ErrClosed) {
+			t.Errorf("Slot after Close: %v, want ErrClosed", err)
+		}
+		if err := ws.Remove(); err == nil {
+			t.Log("Remove after Close: nothing left to remove")
+		}
+		if _, err := slot.Create(1 << 20); !errors.Is(err, tmpfs.ErrClosed) {
 			t.Errorf("Create after Close: %v, want ErrClosed", err)
 		}
 		if _, err := f.m.Sweep(); !errors.Is(err, tmpfs.ErrClosed) {
@@ -521,7 +615,7 @@ func TestClose(t *testing.T) {
 func TestRemove(t *testing.T) {
 	forEachMode(t, func(t *testing.T, mount bool) {
 		f := newFixture(t, mount)
-		ws := f.create(t, "t1", 1<<20)
+		ws := f.create(t, "s0", 1<<20)
 
 		// What a step may leave: a symlink to a directory outside (which
 		// must not be followed), a directory without permissions, a file
@@ -556,23 +650,37 @@ func TestRemove(t *testing.T) {
 				t.Fatalf("Remove #%d: %v", i+1, err)
 			}
 		}
-		if _, err := os.Lstat(ws.Path()); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("workspace still there: %v", err)
+		if got := names(t, ws.Path()); len(got) != 0 {
+			t.Errorf("the workspace holds %q after Remove", got)
 		}
 		if _, err := os.Stat(keep); err != nil {
 			t.Errorf("Remove followed a symlink out of the workspace: %v", err)
 		}
-		var want []string
+		want := []string{}
 		if mount {
-			want = []string{f.root}
+			want = []string{f.root, ws.Path()} // the slot's tmpfs stays for its next task
 		}
-		if diff := cmp.Diff(want, mountPointsAtOrBelow(t, f.root)); diff != "" {
+		if diff := cmp.Diff(want, mountPointsAtOrBelow(t, f.root), cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("mounts after Remove (-want +got):\n%s", diff)
 		}
 	})
 }
 
-// BenchmarkCreateRemove measures a workspace's life without its steps:
+// names lists the entries of dir, sorted.
+func names(t testing.TB, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// BenchmarkCreateRemove measures a task's workspace without its steps:
 // Create, WriteFiles of one small input, Remove.
 func BenchmarkCreateRemove(b *testing.B) {
 	for _, mount := range []bool{true, false} {
@@ -582,9 +690,10 @@ func BenchmarkCreateRemove(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			f := newFixture(b, mount)
+			slot := f.slot(b, "s0")
 			files := map[string]string{"in/input.json": `{"prompt": "hello"}`}
 			for b.Loop() {
-				ws, err := f.m.Create(f.slot, "bench", f.uid, f.gid, 64<<20)
+				ws, err := slot.Create(64 << 20)
 				if err != nil {
 					b.Fatal(err)
 				}

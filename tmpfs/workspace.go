@@ -25,6 +25,7 @@ type Workspace struct {
 	quota    int64
 	uid, gid int
 	mounted  bool // a tmpfs is mounted at path
+	slot     *Slot
 
 	mu      sync.Mutex
 	removed bool
@@ -36,23 +37,15 @@ func (w *Workspace) Path() string { return w.path }
 // Quota returns the workspace's size bound in bytes.
 func (w *Workspace) Quota() int64 { return w.quota }
 
-// create makes the workspace directory, mounts its tmpfs and makes in/, out/
-// and tmp/.
+// create sets the workspace's quota (with tmpfs, its size) and makes in/,
+// out/ and tmp/. The workspace is empty and its top directory reset.
 func (w *Workspace) create() error {
-	if err := unix.Mkdir(w.path, 0o700); err != nil {
-		return err
-	}
 	if w.mounted {
-		opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", w.quota, inodeLimit(w.quota), w.uid, w.gid)
-		if err := unix.Mount("airlock", w.path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-			return fmt.Errorf("mount tmpfs: %w", err)
-		}
-	} else {
-		if err := unix.Chmod(w.path, 0o700); err != nil {
-			return err
-		}
-		if err := unix.Lchown(w.path, w.uid, w.gid); err != nil {
-			return err
+		// A remount changes the superblock, which every bind of it (the
+		// helper's view) shares; tmpfs keeps mode and owner of its root.
+		opts := fmt.Sprintf("size=%d,nr_inodes=%d", w.quota, inodeLimit(w.quota))
+		if err := unix.Mount("", w.path, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("set the tmpfs size: %w", err)
 		}
 	}
 	fd, err := w.open()
@@ -369,27 +362,24 @@ func (w *Workspace) List(dir string, maxEntries int) (files []record.File, trunc
 	return files, wk.cut, nil
 }
 
-// Remove unmounts the workspace's tmpfs (lazily: processes still using it do
-// not make it fail) and removes the directory tree, without following
-// symlinks. Removing twice is fine.
+// Remove empties the workspace (without following symlinks) and resets
+// its top directory, for the slot's next task. Removing twice is fine.
+// When it fails, the slot's workspace must be renewed (Slot.Renew) before
+// the next Create.
 func (w *Workspace) Remove() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.removed {
 		return nil
 	}
-	if err := w.remove(); err != nil {
+	if err := w.empty(); err != nil {
 		return fmt.Errorf("remove workspace %s: %w", w.path, err)
 	}
 	w.removed = true
-	return nil
-}
-
-func (w *Workspace) remove() error {
-	if w.mounted {
-		if err := unmountAt(w.path); err != nil {
-			return err
-		}
+	w.slot.mu.Lock()
+	if w.slot.current == w {
+		w.slot.current = nil
 	}
-	return removeTree(w.path)
+	w.slot.mu.Unlock()
+	return nil
 }

@@ -119,15 +119,20 @@ func (w *Worker) run(ctx context.Context, spec *tasks.Spec, s *slot, rec *record
 		return fmt.Errorf("network sandbox: %w", err)
 	}
 	if spec.Network {
+		// Say what this run's helper had, not the default one's.
+		net := isolationOf(box.Status())
+		rec.Isolation.Root, rec.Isolation.Landlock, rec.Isolation.Seccomp = net.Root, net.Landlock, net.Seccomp
+		rec.Isolation.IPC, rec.Isolation.Keys, rec.Isolation.FDs = net.IPC, net.Keys, net.FDs
 		rec.Isolation.Network = "host network (allowed by the operator, asked by the spec)"
 	}
-	ws, err := w.ws.Create(s.dir, rec.TaskID, s.uidN, s.uidN, int64(spec.Limits.Workspace))
+	ws, err := s.area.Create(int64(spec.Limits.Workspace))
 	if err != nil {
 		return fmt.Errorf("create workspace: %w", err)
 	}
 	defer func() {
 		if err := ws.Remove(); err != nil {
-			w.log.Error().Err(err).Str("task_id", rec.TaskID).Msg("remove workspace")
+			w.log.Error().Err(err).Str("task_id", rec.TaskID).Msg("remove workspace; renewing the slot's workspace and restarting its helpers")
+			s.renew(w)
 		}
 	}()
 	rec.Workspace.QuotaBytes = ws.Quota()
@@ -145,7 +150,7 @@ func (w *Worker) run(ctx context.Context, spec *tasks.Spec, s *slot, rec *record
 	for i, st := range spec.Steps {
 		timeout := min(spec.StepTimeout(i), time.Until(deadline))
 		res, err := box.Run(ctx, sandbox.Step{
-			Argv: st.Run, Env: st.Env, Dir: ws.Path(), Stdin: st.Stdin,
+			Argv: st.Run, Env: st.Env, Stdin: st.Stdin,
 			Limits: spec.Limits, Timeout: max(timeout, 0),
 		})
 		if err != nil {

@@ -45,20 +45,25 @@ var Version = "0.1.0-dev"
 
 // Config configures a Worker. Zero fields take the documented defaults.
 type Config struct {
-	Redis             redis.UniversalClient // required
-	Concurrency       int                   // slots; default 2
-	Queues            map[string]int        // queue → priority; default {"default": 1}
-	WorkspaceRoot     string                // default /var/lib/airlock/workspaces (root) or $TMPDIR/airlock-workspaces
-	Policy            limits.Policy         // default limits.DefaultPolicy()
-	Isolation         string                // Strict (default) or BestEffort
-	UIDFirst          int                   // first uid of the slots' range; default 200000
-	UIDCount          int                   // size of the range; default 10000
-	UIDLockDir        string                // default /run/airlock/uids
-	Landlock          *bool                 // default true
-	MaxPayload        int                   // default tasks.DefaultMaxPayload
-	TaskCheckInterval time.Duration         // asynq's idle poll interval; default 10ms
-	ShutdownTimeout   time.Duration         // how long shutdown waits before handing tasks back; default 3s
-	Grace             time.Duration         // SIGTERM to SIGKILL; default 500ms
+	Redis         redis.UniversalClient // required
+	Concurrency   int                   // slots; default 2
+	Queues        map[string]int        // queue → priority; default {"default": 1}
+	WorkspaceRoot string                // default /var/lib/airlock/workspaces (root) or $TMPDIR/airlock-workspaces
+	Policy        limits.Policy         // default limits.DefaultPolicy()
+	Isolation     string                // Strict (default) or BestEffort
+	UIDFirst      int                   // first uid of the slots' range; default 200000
+	UIDCount      int                   // size of the range; default 10000
+	UIDLockDir    string                // default /run/airlock/uids
+	Landlock      *bool                 // default true
+	// ROBinds are host directories or files added read-only to every
+	// step's view, "SRC[:DST]" (the -ro-bind flag): an interpreter under
+	// /opt, a virtualenv. A source that holds a unix socket is refused: a
+	// step could connect to it.
+	ROBinds           []string
+	MaxPayload        int           // default tasks.DefaultMaxPayload
+	TaskCheckInterval time.Duration // asynq's idle poll interval; default 10ms
+	ShutdownTimeout   time.Duration // how long shutdown waits before handing tasks back; default 3s
+	Grace             time.Duration // SIGTERM to SIGKILL; default 500ms
 	Logger            zerolog.Logger
 
 	// Output: contract, risk policy, approvals, promotion.
@@ -83,6 +88,7 @@ type Worker struct {
 	isolation record.Isolation
 	name      string
 	userNS    bool // not root: namespaces come from a user namespace
+	binds     []sandbox.Bind
 
 	approvals *approve.Store
 	promoter  *promote.Promoter
@@ -97,7 +103,7 @@ type Worker struct {
 type slot struct {
 	uid     *sandbox.UIDLease
 	uidN    int
-	dir     string
+	area    *tmpfs.Slot   // the slot's workspace
 	box     *sandbox.Slot // network off
 	netBox  *sandbox.Slot // network on, started on first use when allowed
 	netCfg  sandbox.SlotConfig
@@ -186,6 +192,11 @@ func New(cfg Config) (*Worker, error) {
 		cfg: cfg, log: cfg.Logger, stopping: make(chan struct{}),
 		name: fmt.Sprintf("%s/%d", host, os.Getpid()),
 	}
+	binds, err := parseBinds(cfg.ROBinds)
+	if err != nil {
+		return nil, err
+	}
+	w.binds = binds
 	root := os.Geteuid() == 0
 	var missing []string
 	if !root {
@@ -216,8 +227,13 @@ func New(cfg Config) (*Worker, error) {
 	if !root && !w.userNS {
 		missing = append(missing, "namespaces (no root and no user namespace: no network or PID namespace)")
 	}
-	if strings.HasPrefix(w.isolation.Landlock, "off") {
-		missing = append(missing, "landlock ("+w.isolation.Landlock+")")
+	for _, t := range []struct{ name, status string }{
+		{"root", w.isolation.Root}, {"landlock", w.isolation.Landlock}, {"seccomp", w.isolation.Seccomp},
+		{"ipc", w.isolation.IPC}, {"keys", w.isolation.Keys},
+	} {
+		if strings.HasPrefix(t.status, "off") {
+			missing = append(missing, t.name+" ("+t.status+")")
+		}
 	}
 	ev := w.log.Info()
 	if len(missing) > 0 {
@@ -255,7 +271,7 @@ func (w *Worker) startSlots(root bool) error {
 	w.slots = make(chan *slot, w.cfg.Concurrency)
 	for i := 0; i < w.cfg.Concurrency; i++ {
 		s := &slot{uidN: os.Geteuid()}
-		cfg := sandbox.SlotConfig{UID: -1, GID: -1, Landlock: *w.cfg.Landlock, Grace: w.cfg.Grace, Stderr: os.Stderr}
+		cfg := sandbox.SlotConfig{UID: -1, GID: -1, Landlock: *w.cfg.Landlock, Grace: w.cfg.Grace, Stderr: os.Stderr, Binds: w.binds}
 		name := fmt.Sprintf("slot-%d", i)
 		if root {
 			lease, err := sandbox.LeaseUID(w.cfg.UIDLockDir, w.cfg.UIDFirst, w.cfg.UIDCount)
@@ -266,22 +282,32 @@ func (w *Worker) startSlots(root bool) error {
 			cfg.UID, cfg.GID, cfg.Namespaces = lease.UID, lease.UID, true
 			name = fmt.Sprintf("slot-%d", lease.UID)
 		}
-		dir, err := w.ws.SlotDir(name)
+		area, err := w.ws.Slot(name, s.uidN, s.uidN)
 		if err != nil {
-			return err
+			if s.uid != nil {
+				s.uid.Release()
+			}
+			return fmt.Errorf("worker: slot %d: %w", i, err)
 		}
-		s.dir, cfg.SlotDir = dir, dir
+		s.area, cfg.Workspace = area, area.Dir()
 		if !root && (i == 0 || w.userNS) {
 			cfg.Namespaces, cfg.UserNS = true, true
 		}
+		cfg.View = cfg.Namespaces
 		box, err := sandbox.NewSlot(cfg)
+		if err != nil && cfg.View && w.cfg.Isolation == BestEffort {
+			w.log.Warn().Err(err).Msg("cannot build the steps' own root: steps see the host's filesystem, as Landlock allows")
+			cfg.View = false
+			box, err = sandbox.NewSlot(cfg)
+		}
 		if err != nil && cfg.UserNS {
 			w.log.Warn().Err(err).Msg("no user namespace: steps run without PID and network namespaces")
-			cfg.Namespaces, cfg.UserNS = false, false
+			cfg.Namespaces, cfg.UserNS, cfg.View = false, false, false
 			box, err = sandbox.NewSlot(cfg)
 		}
 		w.userNS = cfg.UserNS
 		if err != nil {
+			area.Close()
 			if s.uid != nil {
 				s.uid.Release()
 			}
@@ -304,11 +330,26 @@ func (w *Worker) closeSlots() {
 		if s.netBox != nil {
 			s.netBox.Close()
 		}
+		if err := s.area.Close(); err != nil {
+			w.log.Warn().Err(err).Msg("close a slot's workspace")
+		}
 		if s.uid != nil {
 			s.uid.Release()
 		}
 	}
 	w.all = nil
+}
+
+// renew replaces the slot's workspace after it could not be emptied, and
+// restarts its helpers, which still bind the old one.
+func (s *slot) renew(w *Worker) {
+	if err := s.area.Renew(); err != nil {
+		w.log.Error().Err(err).Msg("renew a slot's workspace")
+	}
+	s.box.Restart()
+	if s.netBox != nil {
+		s.netBox.Restart()
+	}
 }
 
 // sandboxFor returns the slot's sandbox for a spec's network setting.
@@ -321,12 +362,10 @@ func (s *slot) sandboxFor(network bool) (*sandbox.Slot, error) {
 }
 
 func (w *Worker) describe(root bool) record.Isolation {
-	iso := record.Isolation{
-		Mode:     w.cfg.Isolation,
-		Landlock: w.all[0].box.Landlock(),
-		Quota:    w.ws.Mechanism(),
-		Rlimits:  "prlimit while stopped at exec (ptrace)",
-	}
+	iso := isolationOf(w.all[0].box.Status())
+	iso.Mode = w.cfg.Isolation
+	iso.Quota = w.ws.Mechanism()
+	iso.Rlimits = "prlimit while stopped at exec (ptrace)"
 	if root {
 		iso.User = fmt.Sprintf("uid per slot from %d", w.cfg.UIDFirst)
 		iso.Network = "network namespace (loopback only)"
@@ -344,6 +383,53 @@ func (w *Worker) describe(root bool) record.Isolation {
 		iso.Tree = "process group + subreaper (no pid namespace)"
 	}
 	return iso
+}
+
+// isolationOf copies the tiers a slot's helper reports into a record's.
+func isolationOf(st sandbox.Status) record.Isolation {
+	return record.Isolation{Root: st.Root, Landlock: st.Landlock, Seccomp: st.Seccomp, IPC: st.IPC, Keys: st.Keys, FDs: st.Descriptors}
+}
+
+// parseBinds parses the -ro-bind values and refuses a source that holds a
+// unix socket: neither the view nor Landlock (up to ABI 7) keeps a step
+// from connecting to a socket it can see.
+func parseBinds(specs []string) ([]sandbox.Bind, error) {
+	var out []sandbox.Bind
+	for _, s := range specs {
+		b, err := sandbox.ParseBind(s)
+		if err != nil {
+			return nil, fmt.Errorf("worker: -ro-bind %w", err)
+		}
+		if err := noSockets(b.Src); err != nil {
+			return nil, fmt.Errorf("worker: -ro-bind %s: %w", s, err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// maxBindEntries bounds the walk of a -ro-bind source at start.
+const maxBindEntries = 200000
+
+// noSockets walks root, without following symlinks, and fails on the
+// first unix socket, or when root has more entries than it will check.
+func noSockets(root string) error {
+	if _, err := os.Stat(root); err != nil {
+		return err
+	}
+	n := 0
+	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if n++; n > maxBindEntries {
+			return fmt.Errorf("more than %d entries: too many to check for unix sockets; bind a smaller tree", maxBindEntries)
+		}
+		if d.Type()&os.ModeSocket != 0 {
+			return fmt.Errorf("%s is a unix socket: a step could connect to it", p)
+		}
+		return nil
+	})
 }
 
 // Isolation returns the tiers in force, as written into every run record.

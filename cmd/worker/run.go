@@ -36,7 +36,14 @@ type options struct {
 	approvalTTL, sweepInterval                                  time.Duration
 	maxArtifacts                                                int
 	maxArtifactBytes, maxResultBytes, maxStaged                 string
+	roBinds                                                     stringList
 }
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // Run parses args and runs the worker until ctx ends.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -57,6 +64,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.uidRange, "uid-range", "200000-209999", "uids for the slots (each slot takes a free one)")
 	fs.StringVar(&o.uidLockDir, "uid-lock-dir", "/run/airlock/uids", "lock files that keep two workers off one uid")
 	fs.BoolVar(&o.landlock, "landlock", true, "confine steps' writes with Landlock")
+	fs.Var(&o.roBinds, "ro-bind", "SRC[:DST]: add a host directory or file, read-only, to every step's view (repeatable; e.g. /opt/node)")
 	fs.IntVar(&o.maxPayload, "max-payload", tasks.DefaultMaxPayload, "largest spec accepted, bytes")
 	fs.DurationVar(&o.checkInterval, "task-check-interval", 10*time.Millisecond, "idle queue poll interval (asynq's default of 1s makes idle latency ~600ms)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 3*time.Second, "wait on shutdown before unfinished tasks are handed back")
@@ -168,7 +176,7 @@ func (o *options) config(log zerolog.Logger) (worker.Config, error) {
 		Artifacts:   contract.Limits{MaxCount: o.maxArtifacts, MaxBytes: int64(sizes[0]), MaxResult: int64(sizes[1])},
 		Concurrency: o.concurrency, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
 		Isolation: o.isolation, UIDFirst: first, UIDCount: count, UIDLockDir: o.uidLockDir,
-		Landlock: &landlock, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
+		Landlock: &landlock, ROBinds: o.roBinds, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
 		ShutdownTimeout: o.shutdownTimeout, Grace: o.grace, Logger: log,
 	}, nil
 }

@@ -1,13 +1,11 @@
 package sandbox
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/signal"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -16,29 +14,36 @@ import (
 )
 
 // helperArg is argv[1] of a slot helper: the worker re-execs its own binary
-// with it, and the binary's main calls MaybeHelper first thing.
+// with it, and the binary's main calls MaybeHelper first thing. The
+// helper's configuration comes over its control socket (fd 3), not argv,
+// so that /proc/1/cmdline shows steps nothing of the host.
 const helperArg = "__airlock_slot_helper"
 
-// helperConfig is argv[2] of a helper.
+// helperConfig is the first message of the worker to a new helper.
 type helperConfig struct {
 	UID       int    `json:"uid"`        // -1: keep the worker's identity
 	GID       int    `json:"gid"`        //
-	SlotDir   string `json:"slot_dir"`   // the only tree steps may write
-	Namespace bool   `json:"namespaces"` // PID 1 of new pid+mount(+net) namespaces
+	Workspace string `json:"workspace"`  // host path of the slot's workspace, the only tree steps may write
+	Namespace bool   `json:"namespaces"` // PID 1 of new pid+mount+ipc+uts(+net) namespaces
 	NetNS     bool   `json:"net_ns"`     // a new network namespace (loopback only)
 	Network   bool   `json:"network"`    // the operator allowed network for these steps
 	Landlock  bool   `json:"landlock"`
 	UserNS    bool   `json:"user_ns"` // root of a new user namespace: drop capabilities for steps
+	View      bool   `json:"view"`    // with Namespace: build the view and pivot_root into it
+	Binds     []Bind `json:"binds,omitempty"`
 }
 
 // MaybeHelper runs the slot helper and exits when the process was started
-// as one; otherwise it returns at once. A binary that embeds a worker must
-// call it at the top of main, before flags are parsed.
+// as one. Otherwise it marks every descriptor above stderr that the process
+// inherited close-on-exec, so that none reaches a helper or a step, and
+// returns. A binary that embeds a worker must call it at the top of main,
+// before flags are parsed.
 func MaybeHelper() {
-	if len(os.Args) < 3 || os.Args[1] != helperArg {
+	if len(os.Args) < 2 || os.Args[1] != helperArg {
+		markInheritedCloexec()
 		return
 	}
-	if err := helperMain(os.Args[2]); err != nil {
+	if err := helperMain(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock slot helper: %v\n", err)
 		os.Exit(1)
 	}
@@ -50,6 +55,7 @@ type helper struct {
 	conn   *net.UnixConn
 	spawns chan spawnReq // served by the locked, confined spawner thread
 	wmu    sync.Mutex    // serialises writes on conn
+	ipc    *ipcSweeper   // nil without an IPC namespace of our own
 
 	mu      sync.Mutex
 	current *stepRun // the step running now, for cancel
@@ -66,11 +72,10 @@ type spawnResult struct {
 	err error
 }
 
-func helperMain(arg string) error {
-	var cfg helperConfig
-	if err := json.Unmarshal([]byte(arg), &cfg); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
+func helperMain() error {
+	// Whatever the worker inherited without close-on-exec came along;
+	// close it before anything else (3 is the control socket).
+	closeInherited(4)
 	// A step runs as our uid; keep it from ending us with a signal. A
 	// namespace's init gets, from inside, only the signals it handles;
 	// these are caught and dropped. Notify rather than Ignore: a caught
@@ -91,64 +96,111 @@ func helperMain(arg string) error {
 	if err != nil {
 		return fmt.Errorf("control socket: %w", err)
 	}
-	h := &helper{cfg: cfg, conn: c.(*net.UnixConn), spawns: make(chan spawnReq)}
-	if err := h.setup(); err != nil {
+	h := &helper{conn: c.(*net.UnixConn), spawns: make(chan spawnReq)}
+	if _, err := readMsg(h.conn, &h.cfg); err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	st, err := h.setup()
+	if err != nil {
 		_ = writeMsg(h.conn, hello{Error: err.Error()}, nil)
 		return err
 	}
-	ready := make(chan string, 1)
-	go h.spawner(ready)
-	if err := writeMsg(h.conn, hello{Landlock: <-ready}, nil); err != nil {
+	ready := make(chan Status, 1)
+	go h.spawner(st, ready)
+	if err := writeMsg(h.conn, hello{Status: <-ready}, nil); err != nil {
 		return err
 	}
 	return h.serve()
 }
 
-// setup runs while the helper still has the worker's privileges.
-func (h *helper) setup() error {
+// setup runs while the helper still has the worker's privileges (or, in a
+// user namespace, every capability of it). It returns the tiers it put in
+// place; the spawner thread adds its own.
+func (h *helper) setup() (Status, error) {
+	st := Status{
+		Root:        "off: no mount namespace (steps see the host's filesystem, as Landlock allows)",
+		IPC:         "host ipc namespace: SysV and POSIX queue calls denied by seccomp",
+		Descriptors: "closed: steps get only stdin, stdout and stderr",
+		Workdir:     h.cfg.Workspace,
+	}
 	if h.cfg.Namespace {
-		// Receive the worker's later mounts (per-task tmpfs), send none back.
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
-			return fmt.Errorf("make / a slave mount: %w", err)
+		// Nothing we mount propagates to the host, nothing of the host's
+		// reaches us.
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return st, fmt.Errorf("make / private: %w", err)
 		}
-		// A /proc of our own PID namespace: steps see only their own processes.
-		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-			return fmt.Errorf("mount /proc: %w", err)
+		st.Root = "off: disabled (steps see the host's filesystem, as Landlock allows)"
+		if h.cfg.View {
+			uid, gid := h.cfg.UID, h.cfg.GID
+			if uid < 0 {
+				uid, gid = os.Geteuid(), os.Getegid()
+			}
+			desc, err := buildView(viewConfig{
+				Workspace: h.cfg.Workspace, Base: parentDir(h.cfg.Workspace),
+				UID: uid, GID: gid, Binds: h.cfg.Binds, Network: h.cfg.Network,
+			})
+			if err != nil {
+				return st, fmt.Errorf("build the steps' root: %w", err)
+			}
+			st.Root, st.Workdir = desc, Workdir
+		} else if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			// A /proc of our own PID namespace: steps see only their own processes.
+			return st, fmt.Errorf("mount /proc: %w", err)
 		}
+		if err := unix.Sethostname([]byte(hostname)); err != nil {
+			return st, fmt.Errorf("sethostname: %w", err)
+		}
+		sw, err := newIPCSweeper()
+		if err != nil {
+			return st, fmt.Errorf("ipc: %w", err)
+		}
+		h.ipc = sw
+		st.IPC = "ipc namespace per slot; SysV objects and POSIX queues removed after each step"
 	}
 	if h.cfg.NetNS {
 		if err := loopbackUp(); err != nil {
-			return fmt.Errorf("bring up loopback: %w", err)
+			return st, fmt.Errorf("bring up loopback: %w", err)
 		}
 	}
 	if h.cfg.UID >= 0 {
 		if err := syscall.Setgroups(nil); err != nil {
-			return fmt.Errorf("setgroups: %w", err)
+			return st, fmt.Errorf("setgroups: %w", err)
 		}
 		if err := syscall.Setresgid(h.cfg.GID, h.cfg.GID, h.cfg.GID); err != nil {
-			return fmt.Errorf("setgid %d: %w", h.cfg.GID, err)
+			return st, fmt.Errorf("setgid %d: %w", h.cfg.GID, err)
 		}
 		if err := syscall.Setresuid(h.cfg.UID, h.cfg.UID, h.cfg.UID); err != nil {
-			return fmt.Errorf("setuid %d: %w", h.cfg.UID, err)
+			return st, fmt.Errorf("setuid %d: %w", h.cfg.UID, err)
 		}
 	}
 	// Not dumpable: a step of the same uid cannot ptrace us or read our
 	// memory or descriptors through /proc. Changing uid cleared the
 	// parent-death signal; set it again.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("PR_SET_DUMPABLE: %w", err)
+		return st, fmt.Errorf("PR_SET_DUMPABLE: %w", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
-		return fmt.Errorf("PR_SET_PDEATHSIG: %w", err)
+		return st, fmt.Errorf("PR_SET_PDEATHSIG: %w", err)
 	}
 	if !h.cfg.Namespace {
 		// Without a PID namespace, orphans a step leaves come to us so that
 		// we can find and kill them.
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-			return fmt.Errorf("PR_SET_CHILD_SUBREAPER: %w", err)
+			return st, fmt.Errorf("PR_SET_CHILD_SUBREAPER: %w", err)
 		}
 	}
-	return nil
+	return st, nil
+}
+
+// parentDir is the directory the view's root is mounted on: the
+// workspace's parent, a directory of the worker's (the slot directory).
+func parentDir(p string) string {
+	for i := len(p) - 1; i > 0; i-- {
+		if p[i] == '/' {
+			return p[:i]
+		}
+	}
+	return "/"
 }
 
 func loopbackUp() error {
@@ -166,132 +218,6 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
-}
-
-// spawner owns one OS thread for the helper's life. That thread alone is
-// confined (no_new_privs, Landlock) and forks every step, so each step
-// inherits the confinement; being the tracer of the steps it forks, it also
-// applies their rlimits while they are stopped at exec.
-func (h *helper) spawner(ready chan<- string) {
-	runtime.LockOSThread() // never unlocked: the thread dies with the helper
-	status := "off: disabled by the operator"
-	var nnpErr error
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		nnpErr = err
-		status = "off: no_new_privs: " + err.Error()
-	}
-	if h.cfg.UserNS && nnpErr == nil {
-		if err := dropThreadCaps(); err != nil {
-			ready <- "off: cannot drop capabilities: " + err.Error()
-			for sr := range h.spawns {
-				sr.reply <- spawnResult{0, errors.New("slot helper could not drop capabilities")}
-			}
-			return
-		}
-	}
-	if h.cfg.Landlock && nnpErr == nil {
-		status = restrictThread(h.cfg.SlotDir, !h.cfg.Network)
-	}
-	ready <- status
-	for sr := range h.spawns {
-		pid, err := spawnStopped(sr.req, sr.fds)
-		sr.reply <- spawnResult{pid, err}
-	}
-}
-
-// dropThreadCaps empties this thread's capability sets, bounding set
-// included, and locks root out of regaining them at exec: a helper that is
-// root of its user namespace forks steps that hold no capability.
-func dropThreadCaps() error {
-	const secbits = 0x2f // SECBIT_NOROOT|_LOCKED, SECBIT_NO_SETUID_FIXUP|_LOCKED, SECBIT_KEEP_CAPS_LOCKED
-	if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbits, 0, 0, 0); err != nil {
-		return fmt.Errorf("securebits: %w", err)
-	}
-	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
-			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
-		}
-	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clear ambient capabilities: %w", err)
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capset: %w", err)
-	}
-	return nil
-}
-
-// spawnStopped forks and execs the step with PTRACE_TRACEME, waits for the
-// stop that follows a successful execve, applies the rlimits with prlimit(2)
-// and lets it run: the limits are in force before the program's first
-// instruction. It must run on the spawner thread.
-func spawnStopped(req *runRequest, fds []int) (int, error) {
-	files := []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}
-	pid, err := syscall.ForkExec(req.Path, req.Argv, &syscall.ProcAttr{
-		Dir:   req.Dir,
-		Env:   req.Env,
-		Files: files,
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Ptrace: true},
-	})
-	if err != nil {
-		return 0, err
-	}
-	var ws unix.WaitStatus
-	for {
-		_, err = unix.Wait4(pid, &ws, unix.WALL, nil)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("wait for exec stop: %w", err)
-	}
-	if !ws.Stopped() {
-		// It died before its first instruction (killed from outside).
-		return 0, fmt.Errorf("step ended before it started: %v", describeStatus(ws))
-	}
-	threads := countThreads()
-	for _, rl := range req.Rlimits {
-		cur, max := rl.Cur, rl.Max
-		if rl.Resource == unix.RLIMIT_NPROC {
-			cur += uint64(threads)
-			max += uint64(threads)
-		}
-		if err := unix.Prlimit(pid, rl.Resource, &unix.Rlimit{Cur: cur, Max: max}, nil); err != nil {
-			_ = unix.Kill(pid, unix.SIGKILL)
-			_ = unix.PtraceDetach(pid)
-			_, _ = unix.Wait4(pid, &ws, unix.WALL, nil)
-			return 0, fmt.Errorf("prlimit %d: %w", rl.Resource, err)
-		}
-	}
-	if err := unix.PtraceDetach(pid); err != nil {
-		_ = unix.Kill(pid, unix.SIGKILL)
-		_, _ = unix.Wait4(pid, &ws, unix.WALL, nil)
-		return 0, fmt.Errorf("ptrace detach: %w", err)
-	}
-	return pid, nil
-}
-
-// countThreads counts the tasks of this process: they run as the step's
-// uid, so RLIMIT_NPROC must leave room for them.
-func countThreads() int {
-	ents, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return 64
-	}
-	return len(ents)
-}
-
-func describeStatus(ws unix.WaitStatus) string {
-	switch {
-	case ws.Exited():
-		return fmt.Sprintf("exit code %d", ws.ExitStatus())
-	case ws.Signaled():
-		return "signal " + unix.SignalName(ws.Signal())
-	}
-	return fmt.Sprintf("status %#x", uint32(ws))
 }
 
 func (h *helper) send(v any) error {
@@ -317,14 +243,11 @@ func (h *helper) serve() error {
 		fds, err := readMsg(h.conn, &req)
 		if err != nil {
 			h.killAll()
-			if errors.Is(err, net.ErrClosed) || err.Error() == "EOF" {
-				return nil
-			}
-			return nil // the worker is gone: nothing to report to
+			return nil // the worker closed the socket or is gone: nothing to report to
 		}
 		switch req.Op {
 		case "run":
-			if req.Run == nil || len(fds) != 3 {
+			if req.Run == nil || len(fds) != 3 || len(req.Run.Argv) == 0 {
 				for _, fd := range fds {
 					unix.Close(fd)
 				}
@@ -415,8 +338,14 @@ func (h *helper) run(req *runRequest, fds []int) runResponse {
 	h.current = nil
 	h.mu.Unlock()
 	// The step is over when its first process exits: whatever it left
-	// behind (background jobs, setsid, double forks) is killed now.
+	// behind (background jobs, setsid, double forks) is killed now, and
+	// then the IPC objects it made.
 	resp.Killed = h.killAll()
+	if h.ipc != nil {
+		if err := h.ipc.sweep(); err != nil {
+			resp.Leftover = err.Error()
+		}
+	}
 	s.mu.Lock()
 	resp.TimedOut, resp.Canceled = s.timedOut, s.canceled
 	if s.killT != nil {
@@ -493,3 +422,7 @@ func children() []int {
 	}
 	return out
 }
+
+// errNoSpawner is returned for every step of a helper whose spawner
+// thread could not be confined.
+var errNoSpawner = errors.New("slot helper could not confine its spawner thread")

@@ -1,7 +1,9 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
+	"path/filepath"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -47,12 +49,38 @@ func handledFS(abi int) uint64 {
 // devices steps may read and write outside their workspace.
 var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
 
-// restrictThread confines the calling thread: read and execute anywhere,
-// write only below writable and to a few devices; with denyTCP no TCP bind
-// or connect (ABI 4+); no signals to, nor abstract sockets of, processes
-// outside the domain (ABI 6+). It returns a status for the record: "abi N
+// landlockRules is what a step's Landlock domain allows.
+type landlockRules struct {
+	Readable []string // read and execute beneath each
+	Writable []string // every right beneath each
+	Devices  []string // read, write and truncate each
+	DenyTCP  bool     // no TCP bind or connect (ABI 4+)
+}
+
+// hostReadable is what a step may read when its slot has no view of its
+// own and sees the host's filesystem: the system directories, the entries
+// of /etc programs need (and passwd, group, hosts, nsswitch.conf,
+// resolv.conf, as there is no generated /etc), /proc, the operator's binds
+// and the workspace; not the rest of the host (home directories, /run,
+// /var, /tmp, the store).
+func hostReadable(binds []Bind, workspace string) []string {
+	out := append([]string{}, systemDirs...)
+	for _, pat := range append(etcEntries, "passwd", "group", "hosts", "nsswitch.conf", "resolv.conf", "hostname") {
+		names, _ := filepath.Glob(filepath.Join("/etc", pat))
+		out = append(out, names...)
+	}
+	out = append(out, "/proc", workspace)
+	for _, b := range binds {
+		out = append(out, b.Src)
+	}
+	return out
+}
+
+// restrictThread confines the calling thread to rules; with ABI 6+ it also
+// scopes signals and abstract unix sockets to the domain. Paths that do
+// not exist are skipped. It returns a status for the record: "abi N
 // (...)" or "off: reason".
-func restrictThread(writable string, denyTCP bool) string {
+func restrictThread(rules landlockRules) string {
 	abi, err := LandlockABI()
 	if err != nil || abi < 1 {
 		return fmt.Sprintf("off: kernel has no Landlock (%v)", err)
@@ -61,7 +89,7 @@ func restrictThread(writable string, denyTCP bool) string {
 	attr := unix.LandlockRulesetAttr{Handled_access_fs: fs}
 	size := unsafe.Sizeof(uint64(0))
 	var extras string
-	if abi >= 4 && denyTCP {
+	if abi >= 4 && rules.DenyTCP {
 		attr.Handled_access_net = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
 		extras += ", tcp denied"
 	}
@@ -84,6 +112,13 @@ func restrictThread(writable string, denyTCP bool) string {
 			return err
 		}
 		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			access &= fsFileRights
+		}
 		rule := unix.LandlockPathBeneathAttr{Allowed_access: access, Parent_fd: int32(fd)}
 		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, rfd, unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&rule)), 0, 0, 0)
 		if errno != 0 {
@@ -91,17 +126,25 @@ func restrictThread(writable string, denyTCP bool) string {
 		}
 		return nil
 	}
-	if err := add("/", fsRead&fs); err != nil {
-		return "off: rule for /: " + err.Error()
+	for _, p := range rules.Readable {
+		if err := add(p, fsRead&fs); err != nil && !errors.Is(err, unix.ENOENT) {
+			return "off: rule for " + p + ": " + err.Error()
+		}
 	}
-	if err := add(writable, fs); err != nil {
-		return "off: rule for " + writable + ": " + err.Error()
+	for _, p := range rules.Writable {
+		if err := add(p, fs); err != nil {
+			return "off: rule for " + p + ": " + err.Error()
+		}
 	}
-	for _, d := range devices {
-		_ = add(d, (unix.LANDLOCK_ACCESS_FS_READ_FILE|unix.LANDLOCK_ACCESS_FS_WRITE_FILE|unix.LANDLOCK_ACCESS_FS_TRUNCATE)&fs&fsFileRights)
+	for _, d := range rules.Devices {
+		_ = add(d, (unix.LANDLOCK_ACCESS_FS_READ_FILE|unix.LANDLOCK_ACCESS_FS_WRITE_FILE|unix.LANDLOCK_ACCESS_FS_TRUNCATE)&fs)
 	}
 	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, rfd, 0, 0); errno != 0 {
 		return "off: restrict_self: " + errno.Error()
 	}
-	return fmt.Sprintf("abi %d (writes only in the workspace%s)", abi, extras)
+	reads := "reads only in the view"
+	if len(rules.Readable) != 1 || rules.Readable[0] != "/" {
+		reads = "reads only in the system directories, the workspace and the binds"
+	}
+	return fmt.Sprintf("abi %d (writes only in the workspace, %s%s)", abi, reads, extras)
 }

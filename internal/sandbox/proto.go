@@ -25,12 +25,11 @@ type request struct {
 	Run *runRequest `json:"run,omitempty"`
 }
 
-// runRequest asks the helper to run one step.
+// runRequest asks the helper to run one step. The helper finds the
+// program and runs it in the workspace, as the step sees them.
 type runRequest struct {
-	Path      string          `json:"path"`
 	Argv      []string        `json:"argv"`
 	Env       []string        `json:"env"`
-	Dir       string          `json:"dir"`
 	Rlimits   []limits.Rlimit `json:"rlimits"`
 	TimeoutNS int64           `json:"timeout_ns"`
 	GraceNS   int64           `json:"grace_ns"`
@@ -38,8 +37,8 @@ type runRequest struct {
 
 // hello is the helper's first message: what confinement it could apply.
 type hello struct {
-	Landlock string `json:"landlock"` // "abi N" or "off: reason"
-	Error    string `json:"error,omitempty"`
+	Status Status `json:"status"`
+	Error  string `json:"error,omitempty"`
 }
 
 // runResponse is the helper's answer to a runRequest.
@@ -55,6 +54,9 @@ type runResponse struct {
 	MaxRSSKB   int64  `json:"max_rss_kb"`
 	DurationNS int64  `json:"duration_ns"`
 	Killed     int    `json:"killed"` // processes left behind and killed at the end
+	// Leftover says what the IPC sweep after the step could not remove;
+	// the slot then replaces its helper.
+	Leftover string `json:"leftover,omitempty"`
 }
 
 func writeMsg(c *net.UnixConn, v any, fds []int) error {

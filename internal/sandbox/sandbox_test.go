@@ -28,47 +28,59 @@ func testConfig(tb testing.TB) SlotConfig {
 			tb.Fatal(err)
 		}
 	}
-	cfg := SlotConfig{UID: -1, GID: -1, SlotDir: root, Landlock: true, Stderr: os.Stderr, Grace: 200 * time.Millisecond}
+	slot := filepath.Join(root, "slot")
+	if err := os.Mkdir(slot, 0o711); err != nil {
+		tb.Fatal(err)
+	}
+	cfg := SlotConfig{UID: -1, GID: -1, Workspace: filepath.Join(slot, "ws"), Landlock: true, Stderr: os.Stderr, Grace: 200 * time.Millisecond}
 	if os.Geteuid() == 0 {
 		lease, err := LeaseUID(filepath.Join(os.TempDir(), "airlock-test-uids"), 300000, 1000)
 		if err != nil {
 			tb.Fatal(err)
 		}
 		tb.Cleanup(func() { lease.Release() })
-		cfg.UID, cfg.GID, cfg.Namespaces = lease.UID, lease.UID, true
+		cfg.UID, cfg.GID, cfg.Namespaces, cfg.View = lease.UID, lease.UID, true, true
 	}
+	mkWorkspace(tb, cfg)
 	return cfg
 }
 
-// setup starts a slot with a workspace dir owned by the slot's uid.
+// mkWorkspace makes cfg's workspace directory, with tmp/, owned by the
+// slot's uid.
+func mkWorkspace(tb testing.TB, cfg SlotConfig) {
+	tb.Helper()
+	for _, d := range []string{cfg.Workspace, filepath.Join(cfg.Workspace, "tmp")} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			tb.Fatal(err)
+		}
+		if cfg.UID >= 0 {
+			if err := os.Chown(d, cfg.UID, cfg.GID); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+}
+
+// setup starts a slot; it returns the slot and its workspace's host path.
 func setup(tb testing.TB) (*Slot, string) {
 	tb.Helper()
 	cfg := testConfig(tb)
-	ws := filepath.Join(cfg.SlotDir, "ws")
-	if err := os.Mkdir(ws, 0o700); err != nil {
-		tb.Fatal(err)
-	}
-	if cfg.UID >= 0 {
-		if err := os.Chown(ws, cfg.UID, cfg.GID); err != nil {
-			tb.Fatal(err)
-		}
-	}
 	s, err := NewSlot(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { s.Close() })
-	return s, ws
+	return s, cfg.Workspace
 }
 
-func step(ws string, argv ...string) Step {
+func step(argv ...string) Step {
 	lim := limits.DefaultPolicy().Default
-	return Step{Argv: argv, Dir: ws, Limits: lim, Timeout: 10 * time.Second}
+	return Step{Argv: argv, Limits: lim, Timeout: 10 * time.Second}
 }
 
 func TestRunEcho(t *testing.T) {
-	s, ws := setup(t)
-	r, err := s.Run(context.Background(), step(ws, "sh", "-c", "echo hello; id -u; echo err >&2; exit 3"))
+	s, _ := setup(t)
+	r, err := s.Run(context.Background(), step("sh", "-c", "echo hello; id -u; echo err >&2; exit 3"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +101,8 @@ func TestRunEcho(t *testing.T) {
 }
 
 func TestRunTimeoutKillsTree(t *testing.T) {
-	s, ws := setup(t)
-	st := step(ws, "sh", "-c", "sleep 1000 & setsid sleep 1001 & sleep 1002")
+	s, _ := setup(t)
+	st := step("sh", "-c", "sleep 1000 & setsid sleep 1001 & sleep 1002")
 	st.Timeout = 300 * time.Millisecond
 	r, err := s.Run(context.Background(), st)
 	if err != nil {
@@ -105,8 +117,8 @@ func TestRunTimeoutKillsTree(t *testing.T) {
 }
 
 func BenchmarkRunTrue(b *testing.B) {
-	s, ws := setup(b)
-	st := step(ws, "/bin/true")
+	s, _ := setup(b)
+	st := step("/bin/true")
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		r, err := s.Run(context.Background(), st)
@@ -119,13 +131,13 @@ func BenchmarkRunTrue(b *testing.B) {
 // TestHelperRestarts: a helper that died between steps (a step may end
 // its own helper) is replaced on the next Run.
 func TestHelperRestarts(t *testing.T) {
-	s, ws := setup(t)
+	s, _ := setup(t)
 	old := s.cmd.Process.Pid
 	if err := s.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	<-s.done
-	r, err := s.Run(context.Background(), step(ws, "sh", "-c", "echo again"))
+	r, err := s.Run(context.Background(), step("sh", "-c", "echo again"))
 	if err != nil || string(r.Stdout.Data) != "again\n" {
 		t.Fatalf("run after helper death: %+v %v", r, err)
 	}
@@ -136,10 +148,10 @@ func TestHelperRestarts(t *testing.T) {
 
 // TestCancel: cancelling the context stops the step and says so.
 func TestCancel(t *testing.T) {
-	s, ws := setup(t)
+	s, _ := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(200*time.Millisecond, cancel)
-	r, err := s.Run(ctx, step(ws, "sleep", "60"))
+	r, err := s.Run(ctx, step("sleep", "60"))
 	if err != nil || !r.Canceled || r.TimedOut || r.Signal != syscall.SIGTERM {
 		t.Fatalf("want canceled by SIGTERM: %+v %v", r, err)
 	}

@@ -1,16 +1,18 @@
 // Package sandbox confines the steps of a task. Each concurrency slot of a
 // worker owns a long-lived helper: a re-exec of the worker binary, started
-// once, that is PID 1 of its own PID, mount and network namespaces, runs as
-// the slot's own unprivileged uid, and forks every step from one thread
-// confined by no_new_privs and Landlock. It stops each new step at exec
-// (ptrace), applies the rlimits with prlimit(2) and lets it go, so limits
-// hold from the first instruction at the price of one fork/exec. When a
-// step ends, kill(-1) from the namespace's init ends everything it left.
+// once, that is PID 1 of its own PID, mount, IPC, UTS and network
+// namespaces, builds the steps' view of the filesystem there and
+// pivot_roots into it (see view.go), runs as the slot's own unprivileged
+// uid, and forks every step from one thread confined by its own session
+// keyring, no_new_privs, Landlock and a seccomp filter (seccomp.go). It
+// stops each new step at exec (ptrace), applies the rlimits with prlimit(2)
+// and lets it go, so limits hold from the first instruction at the price
+// of one fork/exec. When a step ends, kill(-1) from the namespace's init
+// ends everything it left, and the IPC objects it made are removed.
 package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -29,33 +30,53 @@ import (
 
 // SlotConfig says how a slot confines its steps.
 type SlotConfig struct {
-	UID, GID   int    // the slot's identity; -1 keeps the worker's
-	SlotDir    string // the only tree steps may write (their workspaces live below)
-	Namespaces bool   // PID, mount, IPC, UTS (and network) namespaces; needs root, or UserNS
-	UserNS     bool   // with Namespaces: inside a new user namespace, for a worker that is not root
+	UID, GID int // the slot's identity; -1 keeps the worker's
+	// Workspace is the slot's workspace directory on the host: the only
+	// tree steps may write, and their working directory. With View, its
+	// parent directory (a directory of the worker's) is where the helper
+	// mounts the view's root, in its own mount namespace only.
+	Workspace  string
+	Namespaces bool // PID, mount, IPC, UTS (and network) namespaces; needs root, or UserNS
+	UserNS     bool // with Namespaces: inside a new user namespace, for a worker that is not root
+	View       bool // with Namespaces: steps see a root of their own (see view.go), the workspace at Workdir
+	Binds      []Bind
 	Landlock   bool
 	Network    bool          // steps of this slot may use the host's network
 	Stderr     io.Writer     // where helpers' own diagnostics go; nil discards
 	Grace      time.Duration // SIGTERM to SIGKILL; default 500ms
 }
 
+// Status says which confinement a slot's helper put in place, one field
+// per tier, each a mechanism or "off: <reason>".
+type Status struct {
+	Root        string `json:"root"`
+	Landlock    string `json:"landlock"`
+	Seccomp     string `json:"seccomp"`
+	IPC         string `json:"ipc"`
+	Keys        string `json:"keys"`
+	Descriptors string `json:"descriptors"`
+	// Workdir is where steps see their workspace: Workdir with a view,
+	// the host path without.
+	Workdir string `json:"workdir"`
+}
+
 // Slot runs one step at a time through its helper.
 type Slot struct {
 	cfg SlotConfig
 
-	mu       sync.Mutex // one step at a time
-	cmd      *exec.Cmd
-	conn     *net.UnixConn
-	landlock string
-	done     chan struct{} // closed when the helper exits
-	devnull  *os.File
+	mu      sync.Mutex // one step at a time
+	cmd     *exec.Cmd
+	conn    *net.UnixConn
+	status  Status
+	done    chan struct{} // closed when the helper exits
+	devnull *os.File
 }
 
-// Step is one program to run in a workspace.
+// Step is one program to run in the slot's workspace, which is its
+// working directory and HOME; TMPDIR is its tmp/.
 type Step struct {
 	Argv    []string
 	Env     map[string]string // the spec's variables
-	Dir     string            // the workspace: cwd, HOME; TMPDIR is Dir/tmp
 	Stdin   string
 	Limits  limits.Set // resolved
 	Timeout time.Duration
@@ -102,11 +123,22 @@ func NewSlot(cfg SlotConfig) (*Slot, error) {
 	return s, nil
 }
 
-// Landlock is the helper's Landlock status: "abi N (...)" or "off: why".
-func (s *Slot) Landlock() string {
+// Status returns the tiers the slot's helper put in place.
+func (s *Slot) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.landlock
+	return s.status
+}
+
+// Landlock is the helper's Landlock status: "abi N (...)" or "off: why".
+func (s *Slot) Landlock() string { return s.Status().Landlock }
+
+// Restart stops the slot's helper; the next Run starts a new one, with new
+// namespaces. The worker calls it when a workspace could not be emptied.
+func (s *Slot) Restart() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stop()
 }
 
 func (s *Slot) start() error {
@@ -118,12 +150,12 @@ func (s *Slot) start() error {
 	theirs := os.NewFile(uintptr(pair[1]), "helper-control")
 	defer theirs.Close()
 	hc := helperConfig{
-		UID: s.cfg.UID, GID: s.cfg.GID, SlotDir: s.cfg.SlotDir,
+		UID: s.cfg.UID, GID: s.cfg.GID, Workspace: s.cfg.Workspace,
 		Namespace: s.cfg.Namespaces, NetNS: s.cfg.Namespaces && !s.cfg.Network,
 		Network: s.cfg.Network, Landlock: s.cfg.Landlock, UserNS: s.cfg.Namespaces && s.cfg.UserNS,
+		View: s.cfg.Namespaces && s.cfg.View, Binds: s.cfg.Binds,
 	}
-	arg, _ := json.Marshal(hc)
-	cmd := exec.Command("/proc/self/exe", helperArg, string(arg))
+	cmd := exec.Command("/proc/self/exe", helperArg)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{theirs}
@@ -159,6 +191,12 @@ func (s *Slot) start() error {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }() // the one goroutine that waits for it
 	var h hello
+	if err := writeMsg(conn, hc, nil); err != nil {
+		conn.Close()
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("slot helper did not start: %w", err)
+	}
 	if _, err := readMsg(conn, &h); err != nil {
 		conn.Close()
 		_ = cmd.Process.Kill()
@@ -170,7 +208,7 @@ func (s *Slot) start() error {
 		<-done
 		return fmt.Errorf("slot helper: %s", h.Error)
 	}
-	s.cmd, s.conn, s.done, s.landlock = cmd, conn, done, h.Landlock
+	s.cmd, s.conn, s.done, s.status = cmd, conn, done, h.Status
 	return nil
 }
 
@@ -216,17 +254,14 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 			return Result{}, err
 		}
 	}
-	env := buildEnv(st)
+	if len(st.Argv) == 0 {
+		return Result{StartError: "empty argv"}, nil
+	}
 	req := &runRequest{
-		Argv: st.Argv, Env: env, Dir: st.Dir,
+		Argv: st.Argv, Env: buildEnv(st, s.status.Workdir),
 		Rlimits:   st.Limits.Rlimits(0),
 		TimeoutNS: int64(st.Timeout), GraceNS: int64(s.cfg.Grace),
 	}
-	path, err := lookPath(st.Argv[0], st.Dir, envValue(env, "PATH"))
-	if err != nil {
-		return Result{StartError: err.Error()}, nil
-	}
-	req.Path = path
 
 	stdin := s.devnull
 	var stdinW *os.File
@@ -272,6 +307,12 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 		return Result{}, err
 	}
 	wg.Wait()
+	if resp.Leftover != "" {
+		// IPC objects the sweep could not remove: a new helper, with a
+		// new IPC namespace, for the next step.
+		fmt.Fprintf(s.stderr(), "airlock slot: replacing the helper: %s\n", resp.Leftover)
+		s.stop()
+	}
 	return Result{
 		StartError: resp.StartError,
 		Exited:     resp.Exited, ExitCode: resp.ExitCode, Signal: syscall.Signal(resp.Signal),
@@ -342,52 +383,28 @@ func capture(r *os.File, max int64) Capture {
 // DefaultPath is the PATH of a step that sets none.
 const DefaultPath = "/usr/local/bin:/usr/bin:/bin"
 
+func (s *Slot) stderr() io.Writer {
+	if s.cfg.Stderr == nil {
+		return io.Discard
+	}
+	return s.cfg.Stderr
+}
+
 // buildEnv is a step's whole environment: the spec's variables plus PATH,
-// HOME, TMPDIR and LANG pointing into the workspace; nothing of the
-// worker's own environment.
-func buildEnv(st Step) []string {
-	env := map[string]string{"PATH": DefaultPath, "LANG": "C.UTF-8"}
+// LANG, USER, and HOME and TMPDIR pointing into the workspace at dir;
+// nothing of the worker's own environment.
+func buildEnv(st Step, dir string) []string {
+	env := map[string]string{"PATH": DefaultPath, "LANG": "C.UTF-8", "USER": "airlock", "LOGNAME": "airlock"}
 	for k, v := range st.Env {
 		env[k] = v
 	}
-	env["HOME"] = st.Dir
-	env["TMPDIR"] = filepath.Join(st.Dir, "tmp")
+	env["HOME"] = dir
+	env["TMPDIR"] = filepath.Join(dir, "tmp")
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)
 	}
 	return out
-}
-
-func envValue(env []string, key string) string {
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
-			return v
-		}
-	}
-	return ""
-}
-
-// lookPath resolves a step's program: a name with a slash is taken
-// relative to the workspace, a bare name is searched in the step's PATH.
-// The helper's exec is the authority; this only finds the file.
-func lookPath(name, dir, path string) (string, error) {
-	if strings.Contains(name, "/") {
-		if !filepath.IsAbs(name) {
-			name = filepath.Join(dir, name)
-		}
-		return name, nil
-	}
-	for _, d := range filepath.SplitList(path) {
-		if d == "" || !filepath.IsAbs(d) {
-			continue
-		}
-		p := filepath.Join(d, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%q not found in PATH %q", name, path)
 }
 
 // ErrStrict is matched by errors from a strict probe that found a tier

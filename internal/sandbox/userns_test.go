@@ -62,24 +62,32 @@ func TestUserNamespace(t *testing.T) {
 
 // TestUserNamespaceChild checks what a non-root worker's steps get: a
 // network namespace with only loopback, a PID namespace, no capabilities,
-// Landlock, and no way to write outside the slot directory.
+// Landlock, a view of their own (the minimal tree, the workspace at
+// /workspace) and no way to write outside it.
 func TestUserNamespaceChild(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("run by TestUserNamespace as a non-root user")
 	}
-	cfg := SlotConfig{UID: -1, GID: -1, SlotDir: t.TempDir(), Namespaces: true, UserNS: true, Landlock: true, Stderr: os.Stderr}
+	cfg := SlotConfig{UID: -1, GID: -1, Workspace: filepath.Join(t.TempDir(), "ws"), Namespaces: true, UserNS: true, View: true, Landlock: true, Stderr: os.Stderr}
+	mkWorkspace(t, cfg)
 	s, err := NewSlot(cfg)
 	if err != nil {
 		t.Skipf("no user namespace here: %v", err)
 	}
 	defer s.Close()
-	script := `grep -c : /proc/net/dev; tr '\0' ' ' < /proc/1/cmdline | cut -d' ' -f2; grep CapEff /proc/self/status; echo x > /tmp/airlock-userns-escape 2>/dev/null || echo denied`
-	r, err := s.Run(context.Background(), step(cfg.SlotDir, "sh", "-c", script))
+	script := `grep -c : /proc/net/dev; tr '\0' ' ' < /proc/1/cmdline | cut -d' ' -f2; grep CapEff /proc/self/status; echo x > /usr/airlock-userns-escape 2>/dev/null || echo denied; pwd; ls -A / | tr '\n' ' '`
+	r, err := s.Run(context.Background(), step("sh", "-c", script))
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(r.Stdout.Data)), "\n")
-	want := []string{"1", helperArg, "CapEff:\t0000000000000000", "denied"}
+	var root []string
+	for _, d := range []string{"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr", "workspace"} {
+		if _, err := os.Lstat("/" + d); err == nil || d == "workspace" {
+			root = append(root, d)
+		}
+	}
+	want := []string{"1", helperArg, "CapEff:\t0000000000000000", "denied", Workdir, strings.Join(root, " ")}
 	if strings.Join(lines, "|") != strings.Join(want, "|") {
 		t.Fatalf("got %q, want %q (stderr %q, landlock %s)", lines, want, r.Stderr.Data, s.Landlock())
 	}

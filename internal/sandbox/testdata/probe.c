@@ -1,0 +1,155 @@
+/* probe: what a hostile step tries, one check per argument, one line of
+ * output each: "<check> ok" when the call succeeded, "<check> <errno name>"
+ * when it failed. Built by the sandbox and e2e tests with the machine's C
+ * compiler and bound into the steps' view (-ro-bind). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/io_uring.h>
+#include <mqueue.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/msg.h>
+#include <sys/personality.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define IPCKEY 0x41495243 /* "AIRC" */
+
+static void report(const char *name, long rc) {
+	if (rc >= 0)
+		printf("%s ok\n", name);
+	else
+		printf("%s %s\n", name, strerrorname_np(errno));
+}
+
+static long unix_connect(const char *path) {
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (fd < 0)
+		return -1;
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+	long rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+	int e = errno;
+	close(fd);
+	errno = e;
+	return rc;
+}
+
+int main(int argc, char **argv) {
+	for (int i = 1; i < argc; i++) {
+		const char *c = argv[i];
+		if (!strcmp(c, "unshare-user"))
+			report(c, unshare(CLONE_NEWUSER));
+		else if (!strcmp(c, "unshare-net"))
+			report(c, unshare(CLONE_NEWNET));
+		else if (!strcmp(c, "unshare-files"))
+			report(c, unshare(CLONE_FILES));
+		else if (!strcmp(c, "clone-newns")) {
+			long pid = syscall(SYS_clone, CLONE_NEWNS | SIGCHLD, 0, 0, 0, 0);
+			if (pid == 0)
+				_exit(0);
+			report(c, pid);
+		} else if (!strcmp(c, "clone3")) {
+			struct { unsigned long long flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls; } args = {0};
+			args.exit_signal = SIGCHLD;
+			long pid = syscall(SYS_clone3, &args, sizeof args);
+			if (pid == 0)
+				_exit(0);
+			report(c, pid);
+		} else if (!strcmp(c, "fork"))
+			report(c, fork() == 0 ? (_exit(0), 0) : 0);
+		else if (!strcmp(c, "setns"))
+			report(c, syscall(SYS_setns, 0, 0));
+		else if (!strcmp(c, "mount"))
+			report(c, mount("none", "/workspace/tmp", "tmpfs", 0, ""));
+		else if (!strcmp(c, "pivot_root"))
+			report(c, syscall(SYS_pivot_root, "/workspace", "/workspace/tmp"));
+		else if (!strcmp(c, "open_tree"))
+			report(c, syscall(SYS_open_tree, AT_FDCWD, "/usr", 1));
+		else if (!strcmp(c, "fsopen"))
+			report(c, syscall(SYS_fsopen, "tmpfs", 0));
+		else if (!strcmp(c, "add_key"))
+			report(c, syscall(SYS_add_key, "user", "airlock-probe", "secret", 6, -4 /* KEY_SPEC_USER_KEYRING */));
+		else if (!strcmp(c, "keyctl-read-user")) {
+			char buf[256];
+			long rc = syscall(SYS_keyctl, 11 /* KEYCTL_READ */, -4, buf, sizeof buf);
+			if (rc >= 0)
+				printf("%s ok %ld\n", c, rc);
+			else
+				report(c, rc);
+		} else if (!strcmp(c, "request_key"))
+			report(c, syscall(SYS_request_key, "user", "airlock-probe", 0, 0));
+		else if (!strcmp(c, "io_uring_setup")) {
+			struct io_uring_params p;
+			memset(&p, 0, sizeof p);
+			report(c, syscall(SYS_io_uring_setup, 4, &p));
+		} else if (!strcmp(c, "bpf"))
+			report(c, syscall(SYS_bpf, 0, 0, 0));
+		else if (!strcmp(c, "userfaultfd"))
+			report(c, syscall(SYS_userfaultfd, 0));
+		else if (!strcmp(c, "perf_event_open"))
+			report(c, syscall(SYS_perf_event_open, 0, 0, -1, -1, 0));
+		else if (!strcmp(c, "personality-exec"))
+			report(c, personality(READ_IMPLIES_EXEC));
+		else if (!strcmp(c, "personality-query"))
+			report(c, personality(0xffffffff));
+		else if (!strcmp(c, "socket-vsock"))
+			report(c, socket(40 /* AF_VSOCK */, SOCK_STREAM, 0));
+		else if (!strcmp(c, "socket-packet"))
+			report(c, socket(AF_PACKET, SOCK_RAW, 0));
+		else if (!strcmp(c, "socket-netlink-route"))
+			report(c, socket(AF_NETLINK, SOCK_RAW, 0 /* NETLINK_ROUTE */));
+		else if (!strcmp(c, "socket-netlink-netfilter"))
+			report(c, socket(AF_NETLINK, SOCK_RAW, 12 /* NETLINK_NETFILTER */));
+		else if (!strcmp(c, "socket-inet"))
+			report(c, socket(AF_INET, SOCK_STREAM, 0));
+		else if (!strcmp(c, "socket-unix"))
+			report(c, socket(AF_UNIX, SOCK_STREAM, 0));
+		else if (!strcmp(c, "socket-vsock-highbits"))
+			report(c, syscall(SYS_socket, 0x100000028L, SOCK_STREAM, 0));
+		else if (!strncmp(c, "connect=", 8)) {
+			printf("connect ");
+			report(c + 8, unix_connect(c + 8));
+		} else if (!strcmp(c, "shm-make"))
+			report(c, shmget(IPCKEY, 1 << 20, IPC_CREAT | 0600));
+		else if (!strcmp(c, "shm-find"))
+			report(c, shmget(IPCKEY, 0, 0));
+		else if (!strcmp(c, "sem-make"))
+			report(c, semget(IPCKEY, 1, IPC_CREAT | 0600));
+		else if (!strcmp(c, "sem-find"))
+			report(c, semget(IPCKEY, 0, 0));
+		else if (!strcmp(c, "msg-make"))
+			report(c, msgget(IPCKEY, IPC_CREAT | 0600));
+		else if (!strcmp(c, "msg-find"))
+			report(c, msgget(IPCKEY, 0));
+		else if (!strcmp(c, "mq-make"))
+			report(c, mq_open("/airlock-probe", O_CREAT | O_RDWR, 0600, NULL));
+		else if (!strcmp(c, "mq-find"))
+			report(c, mq_open("/airlock-probe", O_RDONLY));
+		else if (!strcmp(c, "fds")) {
+			/* every open descriptor but the one opendir uses */
+			for (int fd = 0; fd < 1024; fd++)
+				if (fcntl(fd, F_GETFD) >= 0)
+					printf("fd %d\n", fd);
+		} else if (!strcmp(c, "int80")) {
+			/* getpid through the i386 ABI */
+			long rc;
+			__asm__ volatile("int $0x80" : "=a"(rc) : "a"(20) : "memory");
+			printf("int80 returned %ld\n", rc);
+		} else
+			printf("%s unknown\n", c);
+		fflush(stdout);
+	}
+	return 0;
+}
