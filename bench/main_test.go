@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/internal/sandbox"
 )
 
@@ -11,6 +12,7 @@ import (
 // slot helper (sandbox), or a worker or baseline server (MaybeChild).
 func TestMain(m *testing.M) {
 	sandbox.MaybeHelper()
+	contract.MaybeValidator()
 	MaybeChild()
 	os.Exit(m.Run())
 }

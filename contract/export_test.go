@@ -35,3 +35,21 @@ func (l *LRU) Has(b byte) bool {
 
 // Len returns the entries and bytes of the cache.
 func (l *LRU) Len() (int, int) { return l.c.len() }
+
+// Estimate returns the estimated units of validating doc against s, and
+// whether they stay within budget.
+func Estimate(s *Schema, doc []byte, budget int64) (int64, bool) {
+	v, err := decodeJSON(doc)
+	if err != nil {
+		panic(err)
+	}
+	e := &estimator{budget: budget}
+	ok := e.cost(s.plan, v)
+	return e.units, ok
+}
+
+// Scan returns the values of a JSON document and its number error.
+func Scan(doc []byte, big bool) (int, error) {
+	sh, err := scan(doc, big)
+	return sh.values, err
+}

@@ -23,7 +23,9 @@ import (
 // finite.
 
 // maxApplied bounds how many subschemas a schema may apply to one value.
-const maxApplied = 4096
+// Real schemas apply a handful (a oneOf of a few dozen variants at most);
+// the bound keeps the cost of each value of a document small (see cost.go).
+const maxApplied = 256
 
 // refGraph is a schema document seen as the graph of its subschemas, each
 // named by its JSON pointer from the root.
@@ -35,7 +37,7 @@ type refGraph struct {
 	count map[string]int                           // subschemas applied, itself included
 }
 
-func checkRefs(doc any) error {
+func checkRefs(doc any) (*refGraph, error) {
 	root, _ := gojsonreference.NewJsonReference("#")
 	g := &refGraph{
 		root:  doc,
@@ -47,14 +49,14 @@ func checkRefs(doc any) error {
 	g.scopes(doc, "", root)
 	nodes, err := g.schemas()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, ptr := range nodes {
 		if _, err := g.visit(ptr); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return g, nil
 }
 
 // schemas returns the pointers of the subschemas reachable from the root,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"container/list"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/xeipuuv/gojsonreference"
@@ -25,6 +27,11 @@ type Schema struct {
 	sum    [sha256.Size]byte
 	size   int
 	schema *gojsonschema.Schema
+	plan   *plan  // what drives the cost of validating against it (cost.go)
+	src    []byte // the schema's bytes, for a validation child
+	// bigNumbers: the root says "x-airlock-big-numbers": true, so numbers
+	// beyond float64's range are accepted (within Bounds; see scan.go).
+	bigNumbers bool
 }
 
 // SHA256 returns the hex SHA-256 of the schema's bytes, its cache key.
@@ -62,13 +69,14 @@ func Compile(schema []byte) (*Schema, error) {
 	if s := cache.get(sum); s != nil {
 		return s, nil
 	}
-	compiled, err := compile(schema)
+	s, err := compile(schema)
 	if err != nil {
 		return nil, err
 	}
+	s.sum, s.size, s.src = sum, len(schema), append([]byte(nil), schema...)
 	// Another goroutine may have compiled the same bytes meanwhile: add
 	// keeps the first, so every caller gets the same *Schema.
-	return cache.add(&Schema{sum: sum, size: len(schema), schema: compiled}), nil
+	return cache.add(s), nil
 }
 
 // CheckSchema reports whether schema compiles, for checking a spec at
@@ -110,15 +118,23 @@ func metaURL(s string) (string, bool) {
 	return u, ok
 }
 
-func compile(schema []byte) (*gojsonschema.Schema, error) {
+func compile(schema []byte) (*Schema, error) {
 	doc, err := decodeJSON(schema)
 	if err != nil {
 		return nil, badSchema("not JSON: %v", err)
 	}
 	var meta string
+	var big bool
 	switch v := doc.(type) {
 	case bool:
 	case map[string]any:
+		if raw, ok := v[BigNumbersKeyword]; ok {
+			b, isBool := raw.(bool)
+			if !isBool {
+				return nil, badSchema("%q must be true or false", BigNumbersKeyword)
+			}
+			big = b
+		}
 		if raw, ok := v["$schema"]; ok {
 			s, ok := raw.(string)
 			if !ok {
@@ -148,7 +164,8 @@ func compile(schema []byte) (*gojsonschema.Schema, error) {
 	if err != nil {
 		return nil, badSchema("%v", err)
 	}
-	if err := checkRefs(doc); err != nil {
+	g, err := checkRefs(doc)
+	if err != nil {
 		return nil, err
 	}
 	if _, isBool := doc.(bool); !isBool {
@@ -156,7 +173,7 @@ func compile(schema []byte) (*gojsonschema.Schema, error) {
 			return nil, err
 		}
 	}
-	return compiled, nil
+	return &Schema{schema: compiled, plan: buildPlan(g), bigNumbers: big}, nil
 }
 
 // checkMeta validates doc against the meta-schema named meta.
@@ -263,25 +280,23 @@ func decodeJSON(data []byte) (any, error) {
 	return v, nil
 }
 
-// Validate validates doc, a JSON document, against the schema. It returns
-// no violation when doc is valid; otherwise the first MaxViolations of them,
-// sorted by Path then Message, without duplicates. The error is only for a
-// doc that is not one JSON value (it matches ErrResultNotJSON).
+// Validate validates doc, a JSON document, against the schema, in the
+// calling process and within the bounds of Checker (it is Check of a zero
+// Checker with no deadline). It returns no violation when doc is valid;
+// otherwise the first MaxViolations of them, sorted by Path then Message,
+// without duplicates. The error is for a doc that is not one JSON value
+// (ErrResultNotJSON), holds a number out of range (ErrNumber), or would
+// cost too much to validate (ErrTooCostly).
 func (s *Schema) Validate(doc []byte) ([]Violation, error) {
-	v, err := decodeJSON(doc)
-	if err != nil {
+	if !json.Valid(doc) {
+		_, err := decodeJSON(doc)
 		return nil, fmt.Errorf("%w: %v", ErrResultNotJSON, err)
 	}
-	res, err := s.schema.Validate(gojsonschema.NewRawLoader(v))
-	if err != nil {
-		return nil, fmt.Errorf("validate: %w", err)
-	}
-	if res.Valid() {
-		return nil, nil
-	}
-	vs := violations(res.Errors(), v)
-	return vs[:min(len(vs), MaxViolations)], nil
+	var c *Checker
+	return c.Check(context.Background(), s, doc, time.Time{})
 }
+
+func gojsonschemaLoader(v any) gojsonschema.JSONLoader { return gojsonschema.NewRawLoader(v) }
 
 // maxText bounds a violation's Path and Message: both may quote the
 // document, which is untrusted.

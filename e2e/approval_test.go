@@ -70,7 +70,7 @@ func TestParkAcceptPromote(t *testing.T) {
 	if final.State != record.StatePromoted || final.DecidedBy != "alice" {
 		t.Fatalf("want promoted by alice:\n%s", mustJSON(t, final))
 	}
-	dir := filepath.Join(store, "report-1")
+	dir := filepath.Join(store, "report-1", e.TaskID)
 	got := map[string]string{}
 	for _, n := range []string{"result.json", "out/report.csv"} {
 		bs, err := os.ReadFile(filepath.Join(dir, n))
@@ -131,10 +131,10 @@ func TestAutoPromoteAndStricterSpec(t *testing.T) {
 	pol := writePolicy(t, `{"default": "promote", "rules": [{"name": "big-total", "when": {"result": {"pointer": "/total", "op": ">", "value": 1000}}, "then": "park"}]}`)
 	b := setup(t, "-store", store, "-policy", pol)
 	rec := b.run(reportSpec(`{"total": 7}`, `"run_id": "auto-1",`))
-	if rec.State != record.StatePromoted || rec.DecidedBy != "policy:default" || rec.PublishedTo != filepath.Join(store, "auto-1") {
+	if rec.State != record.StatePromoted || rec.DecidedBy != "policy:default" || rec.PublishedTo != filepath.Join(store, "auto-1", rec.TaskID) {
 		t.Fatalf("want promoted by policy:\n%s", mustJSON(t, rec))
 	}
-	if _, err := os.Stat(filepath.Join(store, "auto-1", "manifest.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(store, "auto-1", rec.TaskID, "manifest.json")); err != nil {
 		t.Fatal(err)
 	}
 	rec = b.run(reportSpec(`{"total": 5000}`, ""))

@@ -89,16 +89,39 @@ func TestMemoryBomb(t *testing.T) {
 	b := setup(t)
 	rec := b.run(`{"version": 1, "steps": [{"run": ["tail", "/dev/zero"]}], "limits": {"memory": "64MiB"}}`)
 	st := stepOf(t, rec, 0)
-	// RLIMIT_AS makes allocation fail; what the program does then is its
-	// own business, so the honest verdict is its exit.
+	// The step's cgroup holds it at 64 MiB; the kernel kills it there.
+	if st.Verdict != record.VerdictMemory || st.Signal != "SIGKILL" || st.OOMKills < 1 {
+		t.Fatalf("want memory verdict (OOM kill):\n%s", mustJSON(t, rec))
+	}
+	if st.MemoryPeakBytes <= 32<<20 || st.MemoryPeakBytes > 64<<20 {
+		t.Errorf("memory_peak_bytes %d, want near the 64MiB limit and not above", st.MemoryPeakBytes)
+	}
+	if !strings.HasPrefix(rec.Isolation.Memory, "cgroup v") {
+		t.Errorf("isolation.memory %q, want a cgroup", rec.Isolation.Memory)
+	}
+	checkClean(t, rec)
+}
+
+// TestMemoryBombRlimitFallback: without a cgroup (-cgroup off, which only
+// best-effort isolation accepts), RLIMIT_AS makes allocation fail; what
+// the program does then is its own business, so the honest verdict is its
+// exit, and the record says memory is the fallback's.
+func TestMemoryBombRlimitFallback(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "-cgroup", "off", "-isolation", "best-effort")
+	rec := b.run(`{"version": 1, "steps": [{"run": ["tail", "/dev/zero"]}], "limits": {"memory": "64MiB"}}`)
+	st := stepOf(t, rec, 0)
 	if st.Verdict != record.VerdictExit || st.ExitCode == nil || *st.ExitCode == 0 {
 		t.Fatalf("want exit verdict:\n%s", mustJSON(t, rec))
 	}
 	if !strings.Contains(st.Stderr, "memory exhausted") {
 		t.Errorf("stderr %q", st.Stderr)
 	}
-	if st.MaxRSSKB > 64<<10 {
-		t.Errorf("max_rss_kb %d above the 64MiB limit", st.MaxRSSKB)
+	if st.MaxRSSKB > 64<<10 || st.MemoryPeakBytes != 0 {
+		t.Errorf("max_rss_kb %d above the 64MiB limit, or a cgroup peak %d without a cgroup", st.MaxRSSKB, st.MemoryPeakBytes)
+	}
+	if !strings.HasPrefix(rec.Isolation.Memory, "off: RLIMIT_AS") {
+		t.Errorf("isolation.memory %q, want the rlimit fallback", rec.Isolation.Memory)
 	}
 	checkClean(t, rec)
 }

@@ -106,6 +106,16 @@ func setup(t *testing.T, flags ...string) *bundle {
 // a worker started carelessly by a supervisor would: fd 3, 4...
 func setupInherit(t *testing.T, extra []*os.File, flags ...string) *bundle {
 	t.Helper()
+	b := newBundle(t)
+	b.extra = extra
+	b.worker = b.startWorker(flags...)
+	return b
+}
+
+// newBundle gives a test its queue, client and workspace root, with no
+// worker yet.
+func newBundle(t *testing.T) *bundle {
+	t.Helper()
 	needRoot(t)
 	b := &bundle{t: t, queue: redistest.Queue(t), url: redistest.URL(t)}
 	b.client = airlock.NewClient(redistest.Client(t), airlock.ClientOptions{Retention: time.Hour})
@@ -118,8 +128,6 @@ func setupInherit(t *testing.T, extra []*os.File, flags ...string) *bundle {
 		}
 	}
 	b.root = filepath.Join(tmp, "ws")
-	b.extra = extra
-	b.worker = b.startWorker(flags...)
 	return b
 }
 

@@ -146,8 +146,8 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // Policy.Resolve every field is set.
 type Set struct {
 	CPUTime   Duration `json:"cpu_time,omitempty"`   // RLIMIT_CPU, per process
-	Memory    Bytes    `json:"memory,omitempty"`     // RLIMIT_AS, per process
-	Processes int      `json:"processes,omitempty"`  // RLIMIT_NPROC: processes and threads of the step's uid
+	Memory    Bytes    `json:"memory,omitempty"`     // the step's cgroup memory limit (RLIMIT_AS per process without one)
+	Processes int      `json:"processes,omitempty"`  // the step's cgroup pids limit: processes and threads (RLIMIT_NPROC of its uid without one)
 	FileSize  Bytes    `json:"file_size,omitempty"`  // RLIMIT_FSIZE: largest file a step may write
 	OpenFiles int      `json:"open_files,omitempty"` // RLIMIT_NOFILE
 	Output    Bytes    `json:"output,omitempty"`     // bytes of stdout and of stderr kept per step
@@ -351,19 +351,27 @@ type Rlimit struct {
 // already run as the step's uid (the slot's helper and its threads), since
 // the kernel counts every task of the uid.
 //
+// With cgroup set, memory and processes are the step's control group's
+// (see Set's fields) and neither RLIMIT_AS nor RLIMIT_NPROC is set: the
+// first would refuse runtimes that reserve more address space than they
+// use (Node.js, the JVM) while it misses tmpfs and memfd pages; the second
+// counts the whole uid.
+//
 // RLIMIT_CPU gets a hard limit one second above the soft one: the soft limit
 // sends SIGXCPU, the hard one SIGKILL for a process that ignores it.
-func (s Set) Rlimits(extraProcs int) []Rlimit {
+func (s Set) Rlimits(extraProcs int, cgroup bool) []Rlimit {
 	cpu := uint64(1) // RLIMIT_CPU 0 would kill at once; ask for at least 1s
 	if d := time.Duration(s.CPUTime); d > time.Second {
 		cpu = uint64((d-1)/time.Second) + 1 // ceil(d / 1s), exact in integers
 	}
-	return []Rlimit{
-		{unix.RLIMIT_CPU, cpu, cpu + 1},
-		{unix.RLIMIT_AS, uint64(s.Memory), uint64(s.Memory)},
-		{unix.RLIMIT_NPROC, uint64(s.Processes + extraProcs), uint64(s.Processes + extraProcs)},
-		{unix.RLIMIT_FSIZE, uint64(s.FileSize), uint64(s.FileSize)},
-		{unix.RLIMIT_NOFILE, uint64(s.OpenFiles), uint64(s.OpenFiles)},
-		{unix.RLIMIT_CORE, 0, 0},
+	out := []Rlimit{{unix.RLIMIT_CPU, cpu, cpu + 1}}
+	if !cgroup {
+		out = append(out,
+			Rlimit{unix.RLIMIT_AS, uint64(s.Memory), uint64(s.Memory)},
+			Rlimit{unix.RLIMIT_NPROC, uint64(s.Processes + extraProcs), uint64(s.Processes + extraProcs)})
 	}
+	return append(out,
+		Rlimit{unix.RLIMIT_FSIZE, uint64(s.FileSize), uint64(s.FileSize)},
+		Rlimit{unix.RLIMIT_NOFILE, uint64(s.OpenFiles), uint64(s.OpenFiles)},
+		Rlimit{unix.RLIMIT_CORE, 0, 0})
 }

@@ -765,7 +765,7 @@ func TestRlimitsCPU(t *testing.T) {
 		{math.MaxInt64, uint64(math.MaxInt64/int64(time.Second)) + 1},
 	}
 	for _, tt := range tests {
-		rl := byResource(limits.Set{CPUTime: limits.Duration(tt.cpu)}.Rlimits(0))
+		rl := byResource(limits.Set{CPUTime: limits.Duration(tt.cpu)}.Rlimits(0, false))
 		got, ok := rl[unix.RLIMIT_CPU]
 		if !ok {
 			t.Fatalf("Rlimits has no RLIMIT_CPU")
@@ -792,10 +792,14 @@ func byResource(rls []limits.Rlimit) map[int]limits.Rlimit {
 func TestRlimits(t *testing.T) {
 	p := limits.DefaultPolicy()
 	for _, s := range []limits.Set{p.Default, p.Max, {CPUTime: limits.Duration(2500 * time.Millisecond), Memory: 1 << 20, Processes: 1, FileSize: 1, OpenFiles: 3, Output: 1, Workspace: 1}} {
-		for _, extra := range []int{0, 1, 5} {
-			got := s.Rlimits(extra)
+		for _, tc := range []struct {
+			extra  int
+			cgroup bool
+		}{{0, false}, {1, false}, {5, false}, {5, true}} {
+			extra := tc.extra
+			got := s.Rlimits(extra, tc.cgroup)
 			if len(byResource(got)) != len(got) {
-				t.Errorf("Rlimits(%d) sets a resource twice: %+v", extra, got)
+				t.Errorf("Rlimits(%d, %v) sets a resource twice: %+v", extra, tc.cgroup, got)
 			}
 			soft := uint64((time.Duration(s.CPUTime) + time.Second - 1) / time.Second)
 			n := func(v int64) limits.Rlimit { return limits.Rlimit{Cur: uint64(v), Max: uint64(v)} }
@@ -807,12 +811,17 @@ func TestRlimits(t *testing.T) {
 				unix.RLIMIT_NOFILE: n(int64(s.OpenFiles)),
 				unix.RLIMIT_CORE:   n(0),
 			}
+			if tc.cgroup {
+				// memory and processes are the cgroup's
+				delete(want, unix.RLIMIT_AS)
+				delete(want, unix.RLIMIT_NPROC)
+			}
 			for r, w := range want {
 				w.Resource = r
 				want[r] = w
 			}
 			if diff := cmp.Diff(want, byResource(got)); diff != "" {
-				t.Errorf("Rlimits(%d) of %v mismatch (-want +got):\n%s", extra, s, diff)
+				t.Errorf("Rlimits(%d, %v) of %v mismatch (-want +got):\n%s", extra, tc.cgroup, s, diff)
 			}
 		}
 	}

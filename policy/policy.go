@@ -111,9 +111,27 @@ type rule struct {
 	conds []cond
 }
 
-// cond is one condition of a rule: whether it holds for the run, and if it
-// does, what held, in words.
-type cond func(*facts) (bool, string)
+// outcome is what a condition says of a run.
+type outcome int
+
+const (
+	fails   outcome = iota // the condition does not hold
+	holds                  // it holds
+	unknown                // it cannot be evaluated on this run (wrong type, missing value, number out of range)
+)
+
+// cond is one condition of a rule: its outcome for the run and, when it
+// holds, what held, or, when unknown, why it could not be evaluated, in
+// words.
+type cond func(*facts) (outcome, string)
+
+// yes turns a boolean and its words into a condition's result.
+func yes(ok bool, what string) (outcome, string) {
+	if ok {
+		return holds, what
+	}
+	return fails, ""
+}
 
 // facts is an Input with its result decoded once.
 type facts struct {
@@ -162,16 +180,25 @@ func stricter(d Decision, reason string) Decision {
 	return Decision{Action: Park, Reasons: reasons, Rule: RuleSpec}
 }
 
-// decide is the policy's decision, before the spec's approval.
+// decide is the policy's decision, before the spec's approval. It fails
+// closed: a rule that cannot be evaluated on the run (one of its
+// conditions is unknown, none fails) counts as matching when it parks and
+// as not matching when it promotes, and the reasons say which rule and
+// why.
 func (p *Policy) decide(in Input) Decision {
 	if p == nil || p.none {
 		return Decision{Action: Park, Reasons: []string{"no policy: every result is parked"}, Rule: RuleNoPolicy}
 	}
 	f := &facts{Input: in}
 	var park, promote Decision
+	var notes []string // promote rules that could not be evaluated
 	for _, r := range p.rules {
-		what, ok := r.match(f)
-		if !ok {
+		o, what := r.match(f)
+		switch {
+		case o == fails:
+			continue
+		case o == unknown && r.then == Promote:
+			notes = append(notes, fmt.Sprintf("rule %s could not be evaluated, so it does not promote: %s", r.name, what))
 			continue
 		}
 		d := &promote
@@ -181,58 +208,74 @@ func (p *Policy) decide(in Input) Decision {
 		if d.Rule == "" {
 			d.Rule = r.name
 		}
-		d.Reasons = append(d.Reasons, fmt.Sprintf("rule %s: %s", r.name, what))
+		if o == unknown {
+			d.Reasons = append(d.Reasons, fmt.Sprintf("rule %s could not be evaluated, so it parks: %s", r.name, what))
+		} else {
+			d.Reasons = append(d.Reasons, fmt.Sprintf("rule %s: %s", r.name, what))
+		}
 	}
 	switch {
 	case park.Rule != "":
 		park.Action = Park
+		park.Reasons = append(park.Reasons, notes...)
 		return park
 	case promote.Rule != "":
 		promote.Action = Promote
+		promote.Reasons = append(promote.Reasons, notes...)
 		return promote
 	}
-	return Decision{Action: p.def, Reasons: []string{"no rule matched: the policy's default is " + p.def}, Rule: RuleDefault}
+	return Decision{Action: p.def, Reasons: append([]string{"no rule matched: the policy's default is " + p.def}, notes...), Rule: RuleDefault}
 }
 
-// match reports whether every condition of r holds, and what held.
-func (r *rule) match(f *facts) (string, bool) {
+// match evaluates every condition of r: fails as soon as one fails;
+// otherwise unknown, with why, when one could not be evaluated; otherwise
+// holds, with what held.
+func (r *rule) match(f *facts) (outcome, string) {
 	whats := make([]string, 0, len(r.conds))
+	var whys []string
 	for _, c := range r.conds {
-		ok, what := c(f)
-		if !ok {
-			return "", false
+		o, what := c(f)
+		switch o {
+		case fails:
+			return fails, ""
+		case unknown:
+			whys = append(whys, what)
+		default:
+			whats = append(whats, what)
 		}
-		whats = append(whats, what)
 	}
-	return strings.Join(whats, " and "), true
+	if len(whys) > 0 {
+		return unknown, strings.Join(whys, "; ")
+	}
+	return holds, strings.Join(whats, " and ")
 }
 
 // The conditions, built by the parser.
 
 func queueCond(queues []string) cond {
-	return func(f *facts) (bool, string) {
-		return contains(queues, f.Queue), fmt.Sprintf("queue is %s", quote(f.Queue))
+	return func(f *facts) (outcome, string) {
+		return yes(contains(queues, f.Queue), fmt.Sprintf("queue is %s", quote(f.Queue)))
 	}
 }
 
 func actionCond(actions []string) cond {
-	return func(f *facts) (bool, string) {
-		return contains(actions, f.Action), fmt.Sprintf("action is %s", quote(f.Action))
+	return func(f *facts) (outcome, string) {
+		return yes(contains(actions, f.Action), fmt.Sprintf("action is %s", quote(f.Action)))
 	}
 }
 
 func bytesOverCond(n int64) cond {
-	return func(f *facts) (bool, string) {
-		return f.ArtifactBytes > n, fmt.Sprintf("artifacts hold %d bytes > %d", f.ArtifactBytes, n)
+	return func(f *facts) (outcome, string) {
+		return yes(f.ArtifactBytes > n, fmt.Sprintf("artifacts hold %d bytes > %d", f.ArtifactBytes, n))
 	}
 }
 
-func flagCond(get func(*facts) bool, want bool, yes, no string) cond {
-	return func(f *facts) (bool, string) {
+func flagCond(get func(*facts) bool, want bool, on, off string) cond {
+	return func(f *facts) (outcome, string) {
 		if want {
-			return get(f) == want, yes
+			return yes(get(f) == want, on)
 		}
-		return get(f) == want, no
+		return yes(get(f) == want, off)
 	}
 }
 
@@ -254,55 +297,98 @@ type resultCond struct {
 	list    []any // for in and not_in
 }
 
-func (c *resultCond) eval(f *facts) (bool, string) {
+// eval evaluates the condition on the result. It is unknown, never
+// false, when the comparison cannot be made: no JSON result, no value at
+// the pointer (but for exists, where that is a plain no), a value of
+// another type than the rule's (a string where a number is compared), a
+// number beyond float64's range.
+func (c *resultCond) eval(f *facts) (outcome, string) {
 	doc, ok := f.result()
 	if !ok {
-		return false, ""
+		if c.op == "exists" {
+			return fails, ""
+		}
+		if f.Result == nil {
+			return unknown, fmt.Sprintf("%s: the run has no result", c.name())
+		}
+		return unknown, fmt.Sprintf("%s: the result is not one JSON value", c.name())
 	}
 	v, found := lookup(doc, c.tokens)
+	if c.op == "exists" {
+		return yes(found, fmt.Sprintf("%s exists", c.name()))
+	}
 	if !found {
-		return false, ""
+		return unknown, fmt.Sprintf("%s is missing", c.name())
 	}
 	got := scalar(v)
-	var holds bool
+	if n, isNum := v.(json.Number); isNum {
+		if _, isFloat := got.(float64); !isFloat {
+			return unknown, fmt.Sprintf("%s is %s, beyond float64's range", c.name(), cutText(n.String()))
+		}
+	}
+	mismatch := func(want any) (outcome, string) {
+		return unknown, fmt.Sprintf("%s is %s (%s), not %s like %s", c.name(), render(got), kind(got), kind(want), render(want))
+	}
+	var ok2 bool
 	switch c.op {
-	case "exists":
-		return true, fmt.Sprintf("%s exists", c.name())
-	case "==":
-		holds = equal(got, c.value)
-	case "!=":
-		holds = !equal(got, c.value)
+	case "==", "!=":
+		if kind(got) != kind(c.value) {
+			return mismatch(c.value)
+		}
+		ok2 = equal(got, c.value) == (c.op == "==")
 	case "in", "not_in":
-		in := false
+		in, comparable := false, false
 		for _, w := range c.list {
-			if equal(got, w) {
-				in = true
-				break
+			if kind(got) == kind(w) {
+				comparable = true
+				in = in || equal(got, w)
 			}
 		}
-		holds = in == (c.op == "in")
+		if !comparable {
+			return unknown, fmt.Sprintf("%s is %s (%s), of no type in %s", c.name(), render(got), kind(got), render(c.list))
+		}
+		ok2 = in == (c.op == "in")
 	default: // > >= < <=
 		n, isNum := got.(float64)
-		w := c.value.(float64)
 		if !isNum {
-			return false, ""
+			return mismatch(c.value)
 		}
+		w := c.value.(float64)
 		switch c.op {
 		case ">":
-			holds = n > w
+			ok2 = n > w
 		case ">=":
-			holds = n >= w
+			ok2 = n >= w
 		case "<":
-			holds = n < w
+			ok2 = n < w
 		case "<=":
-			holds = n <= w
+			ok2 = n <= w
 		}
 	}
 	want := render(c.value)
 	if c.list != nil {
 		want = render(c.list)
 	}
-	return holds, fmt.Sprintf("%s is %s %s %s", c.name(), render(got), c.op, want)
+	return yes(ok2, fmt.Sprintf("%s is %s %s %s", c.name(), render(got), c.op, want))
+}
+
+// kind names the JSON type of a scalar as scalar returns it.
+func kind(v any) string {
+	switch v.(type) {
+	case float64:
+		return "a number"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	}
+	return "a number" // json.Number beyond float64: caught before
 }
 
 // name is the pointer as shown in a reason: "(result)" for the whole result.
@@ -381,15 +467,19 @@ func render(v any) string {
 	if err != nil {
 		return fmt.Sprint(v)
 	}
-	s := string(b)
-	if len(s) > maxRendered {
-		i := maxRendered
-		for i > 0 && !utf8.RuneStart(s[i]) {
-			i--
-		}
-		s = s[:i] + "…"
-	}
-	return s
+	return cutText(string(b))
 }
 
 func quote(s string) string { return render(s) }
+
+// cutText bounds a text quoted in a reason to maxRendered bytes.
+func cutText(s string) string {
+	if len(s) <= maxRendered {
+		return s
+	}
+	i := maxRendered
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}

@@ -1,6 +1,8 @@
 package policy_test
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -78,11 +80,14 @@ func TestEvaluateConditions(t *testing.T) {
 		{"result < not holding", `result: {pointer: /amount, op: "<", value: 1500}`, policy.Input{Result: amount}, noMatch},
 		{"result <=", `result: {pointer: /amount, op: "<=", value: 1500}`, policy.Input{Result: amount},
 			park("r", "rule r: /amount is 1500 <= 1500")},
-		{"result > on a string", `result: {pointer: /label, op: ">", value: 1000}`, policy.Input{Result: amount}, noMatch},
-		{"result > on a number out of float64's range", `result: {pointer: /big, op: ">", value: 1000}`, policy.Input{Result: amount}, noMatch},
+		{"result > on a string", `result: {pointer: /label, op: ">", value: 1000}`, policy.Input{Result: amount},
+			park("r", `rule r could not be evaluated, so it parks: /label is "1500" (a string), not a number like 1000`)},
+		{"result > on a number out of float64's range", `result: {pointer: /big, op: ">", value: 1000}`, policy.Input{Result: amount},
+			park("r", "rule r could not be evaluated, so it parks: /big is 1e400, beyond float64's range")},
 		{"result in an array", `result: {pointer: /items/1/price, op: ">", value: 1000}`, policy.Input{Result: amount},
 			park("r", "rule r: /items/1/price is 2000 > 1000")},
-		{"result past an array's end", `result: {pointer: /items/2/price, op: ">", value: 0}`, policy.Input{Result: amount}, noMatch},
+		{"result past an array's end", `result: {pointer: /items/2/price, op: ">", value: 0}`, policy.Input{Result: amount},
+			park("r", "rule r could not be evaluated, so it parks: /items/2/price is missing")},
 		{"result with escaped pointer", `result: {pointer: /a~1b/~0c, op: "==", value: 1}`, policy.Input{Result: amount},
 			park("r", "rule r: /a~1b/~0c is 1 == 1")},
 		{"result == string", `result: {pointer: /currency, op: "==", value: EUR}`, policy.Input{Result: amount},
@@ -92,11 +97,13 @@ func TestEvaluateConditions(t *testing.T) {
 			park("r", "rule r: /approved is false == false")},
 		{"result == number", `result: {pointer: /amount, op: "==", value: 1500.0}`, policy.Input{Result: amount},
 			park("r", "rule r: /amount is 1500 == 1500")},
-		{"result == number vs string", `result: {pointer: /label, op: "==", value: 1500}`, policy.Input{Result: amount}, noMatch},
+		{"result == number vs string", `result: {pointer: /label, op: "==", value: 1500}`, policy.Input{Result: amount},
+			park("r", `rule r could not be evaluated, so it parks: /label is "1500" (a string), not a number like 1500`)},
 		{"result != ", `result: {pointer: /currency, op: "!=", value: USD}`, policy.Input{Result: amount},
 			park("r", `rule r: /currency is "EUR" != "USD"`)},
 		{"result != not holding", `result: {pointer: /currency, op: "!=", value: EUR}`, policy.Input{Result: amount}, noMatch},
-		{"result != on a missing pointer", `result: {pointer: /missing, op: "!=", value: EUR}`, policy.Input{Result: amount}, noMatch},
+		{"result != on a missing pointer", `result: {pointer: /missing, op: "!=", value: EUR}`, policy.Input{Result: amount},
+			park("r", "rule r could not be evaluated, so it parks: /missing is missing")},
 		{"result in", `result: {pointer: /currency, op: in, value: [USD, EUR]}`, policy.Input{Result: amount},
 			park("r", `rule r: /currency is "EUR" in ["USD","EUR"]`)},
 		{"result in not holding", `result: {pointer: /currency, op: in, value: [USD, GBP]}`, policy.Input{Result: amount}, noMatch},
@@ -105,13 +112,15 @@ func TestEvaluateConditions(t *testing.T) {
 		{"result not_in", `result: {pointer: /currency, op: not_in, value: [USD, GBP]}`, policy.Input{Result: amount},
 			park("r", `rule r: /currency is "EUR" not_in ["USD","GBP"]`)},
 		{"result not_in not holding", `result: {pointer: /currency, op: not_in, value: [EUR]}`, policy.Input{Result: amount}, noMatch},
-		{"result not_in on a missing pointer", `result: {pointer: /missing, op: not_in, value: [EUR]}`, policy.Input{Result: amount}, noMatch},
+		{"result not_in on a missing pointer", `result: {pointer: /missing, op: not_in, value: [EUR]}`, policy.Input{Result: amount},
+			park("r", "rule r could not be evaluated, so it parks: /missing is missing")},
 		{"result exists", `result: {pointer: /amount, op: exists}`, policy.Input{Result: amount},
 			park("r", "rule r: /amount exists")},
 		{"result exists, null", `result: {pointer: /note, op: exists}`, policy.Input{Result: amount},
 			park("r", "rule r: /note exists")},
 		{"result exists on a missing pointer", `result: {pointer: /missing, op: exists}`, policy.Input{Result: amount}, noMatch},
-		{"result missing pointer", `result: {pointer: /missing, op: ">", value: 0}`, policy.Input{Result: amount}, noMatch},
+		{"result missing pointer", `result: {pointer: /missing, op: ">", value: 0}`, policy.Input{Result: amount},
+			park("r", "rule r could not be evaluated, so it parks: /missing is missing")},
 		{"result below a scalar", `result: {pointer: /amount/x, op: exists}`, policy.Input{Result: amount}, noMatch},
 		{"no result", `result: {pointer: /amount, op: exists}`, policy.Input{}, noMatch},
 		{"result not JSON", `result: {pointer: /amount, op: exists}`, policy.Input{Result: res(`{"amount": 1`)}, noMatch},
@@ -119,7 +128,7 @@ func TestEvaluateConditions(t *testing.T) {
 		{"whole result", `result: {pointer: "", op: "==", value: ok}`, policy.Input{Result: res(`"ok"`)},
 			park("r", `rule r: the result is "ok" == "ok"`)},
 		{"result is an object", `result: {pointer: /a~1b, op: "!=", value: 1}`, policy.Input{Result: amount},
-			park("r", `rule r: /a~1b is {"~c":1} != 1`)},
+			park("r", `rule r could not be evaluated, so it parks: /a~1b is {"~c":1} (an object), not a number like 1`)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,6 +137,63 @@ func TestEvaluateConditions(t *testing.T) {
 				t.Errorf("when %s, Evaluate(%+v) (-want +got):\n%s", tt.cond, tt.in, diff)
 			}
 		})
+	}
+}
+
+// TestFailClosed: a rule that cannot be evaluated on a result (wrong
+// type, missing value, a number beyond float64, no result) parks when it
+// is a park rule and does not promote when it is a promote rule, for every
+// operator; the reasons name the rule and why.
+func TestFailClosed(t *testing.T) {
+	results := []struct {
+		name   string
+		result []byte
+		why    string
+	}{
+		{"string where a number is compared", []byte(`{"v": "5000000"}`), `/v is "5000000" (a string), not a number like 1000`},
+		{"number beyond float64", []byte(`{"v": 1e400}`), "/v is 1e400, beyond float64's range"},
+		{"missing", []byte(`{"w": 1}`), "/v is missing"},
+		{"null", []byte(`{"v": null}`), "/v is null (null), not a number like 1000"},
+		{"array", []byte(`{"v": [1]}`), "/v is [1] (an array), not a number like 1000"},
+		{"no result", nil, "/v: the run has no result"},
+		{"result not JSON", []byte(`{"v": `), "/v: the result is not one JSON value"},
+	}
+	for _, op := range []string{">", ">=", "<", "<=", "==", "!=", "in", "not_in"} {
+		value := "1000"
+		if op == "in" || op == "not_in" {
+			value = "[1000, 2000]"
+		}
+		for _, r := range results {
+			t.Run(op+"/"+r.name, func(t *testing.T) {
+				why := r.why
+				if op == "in" || op == "not_in" {
+					why = strings.Replace(why, "not a number like 1000", "of no type in [1000,2000]", 1)
+				}
+				cond := fmt.Sprintf(`result: {pointer: /v, op: %q, value: %s}`, op, value)
+				parkRule := "default: promote\nrules:\n  - name: r\n    when:\n      " + cond + "\n    then: park\n"
+				want := park("r", "rule r could not be evaluated, so it parks: "+why)
+				if diff := cmp.Diff(want, mustParse(t, parkRule).Evaluate(policy.Input{Result: r.result})); diff != "" {
+					t.Errorf("park rule, %s (-want +got):\n%s", cond, diff)
+				}
+				promoteRule := "default: park\nrules:\n  - name: r\n    when:\n      " + cond + "\n    then: promote\n"
+				want = park("default", "no rule matched: the policy's default is park",
+					"rule r could not be evaluated, so it does not promote: "+why)
+				if diff := cmp.Diff(want, mustParse(t, promoteRule).Evaluate(policy.Input{Result: r.result})); diff != "" {
+					t.Errorf("promote rule, %s (-want +got):\n%s", cond, diff)
+				}
+			})
+		}
+	}
+	// A condition that fails outright decides, whatever the unknown one:
+	// the rule does not apply.
+	p := mustParse(t, "default: promote\nrules:\n  - name: r\n    when:\n      queue: [payments]\n      result: {pointer: /v, op: \">\", value: 1000}\n    then: park\n")
+	if diff := cmp.Diff(noMatch, p.Evaluate(policy.Input{Queue: "default", Result: []byte(`{"v": "x"}`)})); diff != "" {
+		t.Errorf("queue fails, result unknown (-want +got):\n%s", diff)
+	}
+	// exists is never unknown: a missing value is a plain no.
+	p = mustParse(t, rule1(`result: {pointer: /v, op: exists}`))
+	if diff := cmp.Diff(noMatch, p.Evaluate(policy.Input{})); diff != "" {
+		t.Errorf("exists without a result (-want +got):\n%s", diff)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"testing"
 
 	"github.com/airlock-run/airlock/approve"
@@ -95,7 +96,7 @@ func TestPromoteOnce(t *testing.T) {
 	if err != nil || !pub {
 		t.Fatalf("promote: published=%v err=%v", pub, err)
 	}
-	got := published(t, filepath.Join(b.dir, "run-ap-1"))
+	got := published(t, filepath.Join(b.dir, "run-ap-1", "task-ap-1"))
 	var man promote.Manifest
 	if err := json.Unmarshal(got["manifest.json"], &man); err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func TestPromoteOnce(t *testing.T) {
 	if man.ApprovalID != "ap-1" || man.AcceptedBy != "alice" || man.Result.SHA256 != sum(want[promote.ResultName]) || len(man.Artifacts) != 2 {
 		t.Errorf("manifest: %+v", man)
 	}
-	if m.RunID != "run-ap-1" {
+	if m.RunID != "run-ap-1" || m.TaskID != "task-ap-1" {
 		t.Errorf("returned manifest %+v", m)
 	}
 	// A retried promote task and a second accept change nothing.
@@ -138,20 +139,20 @@ func TestPromoteOnce(t *testing.T) {
 func TestPromoteAfterCrash(t *testing.T) {
 	b := setup(t)
 	want := b.parkAccepted(t, "ap-2")
-	staging := filepath.Join(b.dir, ".staging", "run-ap-2.ap-2")
+	staging := filepath.Join(b.dir, ".staging", "ap-2")
 	if err := os.MkdirAll(filepath.Join(staging, "out"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(staging, "out", "a.csv"), []byte("x,"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(b.dir, "run-ap-2")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(b.dir, "run-ap-2", "task-ap-2")); !os.IsNotExist(err) {
 		t.Fatal("a partial publication is visible")
 	}
 	if _, pub, err := b.promoter.Promote(context.Background(), "ap-2"); err != nil || !pub {
 		t.Fatalf("promote after crash: published=%v err=%v", pub, err)
 	}
-	got := published(t, filepath.Join(b.dir, "run-ap-2"))
+	got := published(t, filepath.Join(b.dir, "run-ap-2", "task-ap-2"))
 	delete(got, "manifest.json")
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("published files (-want +got):\n%s", diff)
@@ -159,7 +160,7 @@ func TestPromoteAfterCrash(t *testing.T) {
 	// Crash between publication and MarkPromoted: simulate by publishing
 	// through the sink directly for a fresh approval, then promoting.
 	b.parkAccepted(t, "ap-3")
-	m := &promote.Manifest{RunID: "run-ap-3", ApprovalID: "ap-3"}
+	m := &promote.Manifest{RunID: "run-ap-3", TaskID: "task-ap-3", ApprovalID: "ap-3"}
 	if _, err := b.sink.Publish(context.Background(), m, map[string][]byte{"x": []byte("1")}); err != nil {
 		t.Fatal(err)
 	}
@@ -203,15 +204,90 @@ func TestPromoteRefusesUnaccepted(t *testing.T) {
 func TestSinkConflict(t *testing.T) {
 	dir := t.TempDir()
 	s := &promote.FS{Dir: dir}
-	if _, err := s.Publish(context.Background(), &promote.Manifest{RunID: "r", ApprovalID: "a1"}, nil); err != nil {
+	if _, err := s.Publish(context.Background(), &promote.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a1"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Publish(context.Background(), &promote.Manifest{RunID: "r", ApprovalID: "a2"}, nil); !errors.Is(err, promote.ErrConflict) {
+	// The same task published from another approval: refused, the first
+	// publication stays.
+	if _, err := s.Publish(context.Background(), &promote.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a2"}, nil); !errors.Is(err, promote.ErrConflict) {
 		t.Fatalf("want ErrConflict, got %v", err)
 	}
 	for _, bad := range []string{"../x", "/etc/x", "manifest.json"} {
-		if _, err := s.Publish(context.Background(), &promote.Manifest{RunID: "r2", ApprovalID: "a"}, map[string][]byte{bad: nil}); err == nil {
+		if _, err := s.Publish(context.Background(), &promote.Manifest{RunID: "r2", TaskID: "t", ApprovalID: "a"}, map[string][]byte{bad: nil}); err == nil {
 			t.Errorf("artifact %q was accepted", bad)
+		}
+	}
+	for _, m := range []promote.Manifest{
+		{RunID: "r", TaskID: "", ApprovalID: "a3"}, {RunID: "r", TaskID: "../t", ApprovalID: "a3"},
+		{RunID: ".staging", TaskID: "t", ApprovalID: "a3"}, {RunID: "r", TaskID: "t3", ApprovalID: "../a3"},
+	} {
+		if _, err := s.Publish(context.Background(), &m, nil); err == nil {
+			t.Errorf("manifest %+v was published", m)
+		}
+	}
+}
+
+// TestSinkTasksOfOneRun: several tasks of one run all publish, each under
+// its own name; a task that reuses the run_id can neither block nor
+// overwrite another's publication.
+func TestSinkTasksOfOneRun(t *testing.T) {
+	dir := t.TempDir()
+	s := &promote.FS{Dir: dir}
+	for _, task := range []string{"extract", "transform", "intruder"} {
+		m := &promote.Manifest{RunID: "agent-run-7", TaskID: task, ApprovalID: "ap-" + task}
+		if pub, err := s.Publish(context.Background(), m, map[string][]byte{"result.json": []byte(`"` + task + `"`)}); err != nil || !pub {
+			t.Fatalf("%s: published=%v err=%v", task, pub, err)
+		}
+	}
+	for _, task := range []string{"extract", "transform", "intruder"} {
+		b, err := os.ReadFile(filepath.Join(dir, "agent-run-7", task, "result.json"))
+		if err != nil || string(b) != `"`+task+`"` {
+			t.Errorf("%s: %q %v", task, b, err)
+		}
+	}
+	if got := s.Where("agent-run-7", "extract"); got != filepath.Join(dir, "agent-run-7", "extract") {
+		t.Errorf("Where = %s", got)
+	}
+}
+
+// TestSinkModes: the store is the worker's alone (0700/0600), or readable
+// by the group the operator names (0750/0640).
+func TestSinkModes(t *testing.T) {
+	for _, tc := range []struct {
+		group            int
+		dirMode, fileMod os.FileMode
+	}{{0, 0o700, 0o600}, {os.Getegid() + 1, 0o750, 0o640}} {
+		if tc.group != 0 && os.Geteuid() != 0 {
+			continue // chown to another group needs root
+		}
+		dir := filepath.Join(t.TempDir(), "store")
+		s := &promote.FS{Dir: dir, ReadGroup: tc.group}
+		m := &promote.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a"}
+		if _, err := s.Publish(context.Background(), m, map[string][]byte{"out/x.csv": []byte("1")}); err != nil {
+			t.Fatal(err)
+		}
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, err := os.Lstat(p)
+			if err != nil {
+				return err
+			}
+			want := tc.fileMod
+			if d.IsDir() {
+				want = tc.dirMode
+			}
+			if fi.Mode().Perm() != want {
+				t.Errorf("group %d: %s has mode %04o, want %04o", tc.group, p, fi.Mode().Perm(), want)
+			}
+			if tc.group != 0 && int(fi.Sys().(*syscall.Stat_t).Gid) != tc.group {
+				t.Errorf("%s: gid %d, want %d", p, fi.Sys().(*syscall.Stat_t).Gid, tc.group)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }

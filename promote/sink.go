@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-run/airlock/approve"
@@ -16,7 +17,7 @@ import (
 )
 
 // Manifest is the provenance of a publication, written last, as
-// <run_id>/manifest.json.
+// <run_id>/<task_id>/manifest.json.
 type Manifest struct {
 	RunID      string             `json:"run_id"`
 	TaskID     string             `json:"task_id"`
@@ -48,44 +49,113 @@ const ResultName = "result.json"
 // approval again changes nothing and reports published=false.
 type Sink interface {
 	Publish(ctx context.Context, m *Manifest, files map[string][]byte) (published bool, err error)
-	// Where says where a run's output is published, for records and logs.
-	Where(runID string) string
+	// Where says where the output of a run's task is published, for
+	// records and logs.
+	Where(runID, taskID string) string
 }
 
 // ErrConflict is returned when a run's output was already published from
 // another approval.
 var ErrConflict = errors.New("run already published from another approval")
 
-// FS publishes into a directory: <dir>/<run_id>/<artifact name>,
-// <dir>/<run_id>/result.json and <dir>/<run_id>/manifest.json.
+// FS publishes into a directory, each task of a run under its own name:
+// <dir>/<run_id>/<task_id>/ holds the task's result.json, its artifacts and
+// manifest.json. Several tasks of one run (an agent's actions) all
+// publish, side by side; a task that reuses another's run_id can neither
+// block nor overwrite its publication.
 //
 // Every file is written to a temp file, fsynced and renamed inside a
 // staging directory, whose directory is fsynced; the manifest is written
-// last; then one rename(2) moves the staging directory to <run_id> and the
-// store directory is fsynced. A crash leaves at most a staging directory,
-// which the next Publish of that approval replaces: readers never see a
-// partial publication, and a retried promotion never a second one.
+// last; then one rename(2) moves the staging directory to its place and
+// the run's directory is fsynced. A crash leaves at most a staging
+// directory, which the next Publish of that approval replaces: readers
+// never see a partial publication, and a retried promotion never a second
+// one.
+//
+// The store is the worker's: directories are created 0700 and files 0600,
+// or 0750 and 0640 with the group ReadGroup when it is set
+// (-store-group), for the readers the operator names. The store directory
+// itself is set so on first use.
 type FS struct {
-	Dir string
+	Dir       string
+	ReadGroup int // gid allowed to read the store; 0: none
+
+	once    sync.Once
+	rootErr error
 }
 
-// Where returns <dir>/<run_id>.
-func (s *FS) Where(runID string) string { return filepath.Join(s.Dir, runID) }
+// Where returns <dir>/<run_id>/<task_id>.
+func (s *FS) Where(runID, taskID string) string { return filepath.Join(s.Dir, runID, taskID) }
+
+func (s *FS) dirMode() os.FileMode {
+	if s.ReadGroup > 0 {
+		return 0o750
+	}
+	return 0o700
+}
+
+func (s *FS) fileMode() os.FileMode {
+	if s.ReadGroup > 0 {
+		return 0o640
+	}
+	return 0o600
+}
+
+// mkdir creates dir (not its parents) with the store's mode and group.
+func (s *FS) mkdir(dir string) error {
+	if err := os.Mkdir(dir, s.dirMode()); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return s.own(dir, s.dirMode())
+}
+
+// own sets path's mode, and its group when the store has one.
+func (s *FS) own(path string, mode os.FileMode) error {
+	if err := os.Chmod(path, mode); err != nil {
+		return err
+	}
+	if s.ReadGroup > 0 {
+		return os.Lchown(path, -1, s.ReadGroup)
+	}
+	return nil
+}
+
+// root creates the store directory, once, and sets its mode and group.
+func (s *FS) root() error {
+	s.once.Do(func() {
+		if err := os.MkdirAll(s.Dir, s.dirMode()); err != nil {
+			s.rootErr = err
+			return
+		}
+		s.rootErr = s.own(s.Dir, s.dirMode())
+	})
+	return s.rootErr
+}
 
 // Publish implements Sink.
 func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) (bool, error) {
-	if err := tasks.CheckPath("run_id", m.RunID); err != nil || strings.Contains(m.RunID, "/") {
-		return false, fmt.Errorf("promote: run_id %q cannot name a directory", m.RunID)
+	for _, id := range []struct{ field, v string }{{"run_id", m.RunID}, {"task_id", m.TaskID}, {"approval_id", m.ApprovalID}} {
+		if err := tasks.CheckPath(id.field, id.v); err != nil || strings.Contains(id.v, "/") || strings.HasPrefix(id.v, ".") {
+			return false, fmt.Errorf("promote: %s %q cannot name a directory", id.field, id.v)
+		}
 	}
-	final := s.Where(m.RunID)
+	if err := s.root(); err != nil {
+		return false, err
+	}
+	runDir := filepath.Join(s.Dir, m.RunID)
+	final := s.Where(m.RunID, m.TaskID)
 	if done, err := s.already(final, m.ApprovalID); done || err != nil {
 		return false, err
 	}
-	staging := filepath.Join(s.Dir, ".staging", m.RunID+"."+m.ApprovalID)
+	stagingRoot := filepath.Join(s.Dir, ".staging")
+	if err := s.mkdir(stagingRoot); err != nil {
+		return false, err
+	}
+	staging := filepath.Join(stagingRoot, m.ApprovalID)
 	if err := os.RemoveAll(staging); err != nil {
 		return false, err
 	}
-	if err := os.MkdirAll(staging, 0o755); err != nil {
+	if err := s.mkdir(staging); err != nil {
 		return false, err
 	}
 	for name, data := range files {
@@ -98,7 +168,7 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 		if err := tasks.CheckPath("artifact", name); err != nil {
 			return false, err
 		}
-		if err := writeFileSync(filepath.Join(staging, name), data); err != nil {
+		if err := s.writeFileSync(staging, filepath.Join(staging, name), data); err != nil {
 			return false, err
 		}
 	}
@@ -106,11 +176,19 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 	if err != nil {
 		return false, err
 	}
-	if err := writeFileSync(filepath.Join(staging, "manifest.json"), append(mb, '\n')); err != nil {
+	if err := s.writeFileSync(staging, filepath.Join(staging, "manifest.json"), append(mb, '\n')); err != nil {
 		return false, err
 	}
 	if err := syncTree(staging); err != nil {
 		return false, err
+	}
+	if _, err := os.Stat(runDir); errors.Is(err, os.ErrNotExist) {
+		if err := s.mkdir(runDir); err != nil {
+			return false, err
+		}
+		if err := syncDir(s.Dir); err != nil {
+			return false, err
+		}
 	}
 	if err := os.Rename(staging, final); err != nil {
 		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
@@ -125,7 +203,7 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 		}
 		return false, err
 	}
-	return true, syncDir(s.Dir)
+	return true, syncDir(runDir)
 }
 
 // already reports whether final holds the publication of approvalID; a
@@ -151,11 +229,12 @@ func (s *FS) already(final, approvalID string) (bool, error) {
 	return true, nil
 }
 
-// writeFileSync writes path through a temp file: write, fsync, rename,
-// fsync the directory.
-func writeFileSync(path string, data []byte) error {
+// writeFileSync writes path, below staging, through a temp file: write,
+// fsync, rename, fsync the directory. Directories it creates on the way
+// get the store's mode.
+func (s *FS) writeFileSync(staging, path string, data []byte) error {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := s.mkdirAll(staging, dir); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(dir, ".tmp-*")
@@ -165,7 +244,10 @@ func writeFileSync(path string, data []byte) error {
 	tmp := f.Name()
 	_, err = f.Write(data)
 	if err == nil {
-		err = f.Chmod(0o644)
+		err = f.Chmod(s.fileMode())
+	}
+	if err == nil && s.ReadGroup > 0 {
+		err = f.Chown(-1, s.ReadGroup)
 	}
 	if err == nil {
 		err = f.Sync()
@@ -181,6 +263,17 @@ func writeFileSync(path string, data []byte) error {
 		return err
 	}
 	return syncDir(dir)
+}
+
+// mkdirAll creates dir and its parents up to base (which exists).
+func (s *FS) mkdirAll(base, dir string) error {
+	if dir == base {
+		return nil
+	}
+	if err := s.mkdirAll(base, filepath.Dir(dir)); err != nil {
+		return err
+	}
+	return s.mkdir(dir)
 }
 
 // syncTree fsyncs every directory below root, root included, so that the

@@ -33,7 +33,7 @@ const (
 	VerdictCPUTime        = "cpu_time"        // RLIMIT_CPU: SIGXCPU, or SIGKILL at the hard limit
 	VerdictFileSize       = "file_size"       // RLIMIT_FSIZE: SIGXFSZ
 	VerdictWorkspaceQuota = "workspace_quota" // failed while the workspace was full
-	VerdictMemory         = "memory"          // only where it can be known (not with RLIMIT_AS alone)
+	VerdictMemory         = "memory"          // the kernel killed a process of the step at its cgroup's memory limit (never emitted without a cgroup)
 	VerdictExecError      = "exec_error"      // the program could not be started
 	VerdictCanceled       = "canceled"        // the worker shut down mid-step
 	VerdictError          = "error"           // the worker failed; see error
@@ -105,6 +105,7 @@ type Isolation struct {
 	Quota    string `json:"quota"`         // e.g. "tmpfs per slot, sized to each task's quota" or "scan after each step"
 	Tree     string `json:"tree"`          // e.g. "pid namespace" or "process group"
 	Rlimits  string `json:"rlimits"`       // e.g. "prlimit while stopped at exec (ptrace)"
+	Memory   string `json:"memory"`        // what limits memory and processes: a cgroup, or "off: RLIMIT_AS ... fallback"
 }
 
 // Workspace is what the run's workspace used.
@@ -117,23 +118,28 @@ type Workspace struct {
 
 // Step is the record of one step.
 type Step struct {
-	Name            string   `json:"name"`
-	Argv            []string `json:"argv"`
-	ExitCode        *int     `json:"exit_code"`
-	Signal          string   `json:"signal,omitempty"`
-	Verdict         string   `json:"verdict"`
-	Error           string   `json:"error,omitempty"`
-	DurationMS      float64  `json:"duration_ms"`
-	CPUMS           float64  `json:"cpu_ms"`
-	MaxRSSKB        int64    `json:"max_rss_kb"`
-	Stdout          string   `json:"stdout"`
-	Stderr          string   `json:"stderr"`
-	StdoutEncoding  string   `json:"stdout_encoding,omitempty"` // "base64" when not UTF-8
-	StderrEncoding  string   `json:"stderr_encoding,omitempty"`
-	StdoutBytes     int64    `json:"stdout_bytes"` // bytes the step wrote, kept or not
-	StderrBytes     int64    `json:"stderr_bytes"`
-	StdoutTruncated bool     `json:"stdout_truncated"`
-	StderrTruncated bool     `json:"stderr_truncated"`
+	Name       string   `json:"name"`
+	Argv       []string `json:"argv"`
+	ExitCode   *int     `json:"exit_code"`
+	Signal     string   `json:"signal,omitempty"`
+	Verdict    string   `json:"verdict"`
+	Error      string   `json:"error,omitempty"`
+	DurationMS float64  `json:"duration_ms"`
+	CPUMS      float64  `json:"cpu_ms"`
+	MaxRSSKB   int64    `json:"max_rss_kb"`
+	// MemoryPeakBytes is the peak of the step's cgroup (its processes'
+	// memory, tmpfs, shm and memfd pages, page cache); absent without a
+	// cgroup. OOMKills counts the processes the kernel killed at the limit.
+	MemoryPeakBytes int64  `json:"memory_peak_bytes,omitempty"`
+	OOMKills        int64  `json:"oom_kills,omitempty"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutEncoding  string `json:"stdout_encoding,omitempty"` // "base64" when not UTF-8
+	StderrEncoding  string `json:"stderr_encoding,omitempty"`
+	StdoutBytes     int64  `json:"stdout_bytes"` // bytes the step wrote, kept or not
+	StderrBytes     int64  `json:"stderr_bytes"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
 }
 
 // File is one entry the run left under out/, read without following links.

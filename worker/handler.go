@@ -68,9 +68,13 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 		return ctx.Err()
 	}
 	if err != nil {
-		// The worker failed, not the action: asynq retries it.
+		// The worker failed, not the action: asynq retries it, unless this
+		// was the last attempt, which the events stream must hear of.
 		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictError, err.Error()
 		w.finish(ctx, t, &rec)
+		if max, ok := asynq.GetMaxRetry(ctx); ok && rec.Attempt > max {
+			w.emit(ctx, &rec)
+		}
 		return err
 	}
 	w.finish(ctx, t, &rec)
@@ -160,7 +164,7 @@ func (w *Worker) run(ctx context.Context, spec *tasks.Spec, s *slot, rec *record
 		sr := stepRecord(st, res, full, time.Duration(spec.Limits.CPUTime))
 		w.log.Info().Str("task_id", rec.TaskID).Str("run_id", spec.RunID).Str("step", st.Name).
 			Str("verdict", sr.Verdict).Interface("exit_code", sr.ExitCode).Str("signal", sr.Signal).
-			Float64("duration_ms", sr.DurationMS).Float64("cpu_ms", sr.CPUMS).Int64("max_rss_kb", sr.MaxRSSKB).
+			Float64("duration_ms", sr.DurationMS).Float64("cpu_ms", sr.CPUMS).Int64("max_rss_kb", sr.MaxRSSKB).Int64("memory_peak_bytes", sr.MemoryPeakBytes).
 			Int64("stdout_bytes", sr.StdoutBytes).Int64("stderr_bytes", sr.StderrBytes).Int("killed_left_behind", res.Killed).
 			Msg("step")
 		rec.Steps = append(rec.Steps, sr)
@@ -176,7 +180,7 @@ func (w *Worker) run(ctx context.Context, spec *tasks.Spec, s *slot, rec *record
 		}
 	}
 	if rec.State == record.StateCompleted && spec.Output != nil && (spec.Output.Result != "" || len(spec.Output.Artifacts) > 0) {
-		if err := w.output(ctx, spec, ws, rec); err != nil {
+		if err := w.output(ctx, spec, ws, rec, deadline, s.uidN); err != nil {
 			return err
 		}
 	}
@@ -229,6 +233,7 @@ func stepRecord(st tasks.Step, r sandbox.Result, workspaceFull bool, cpuLimit ti
 	sr := record.Step{
 		Name: st.Name, Argv: st.Run, Error: r.StartError,
 		DurationMS: ms(r.Duration), CPUMS: ms(r.CPU), MaxRSSKB: r.MaxRSSKB,
+		MemoryPeakBytes: r.MemoryPeak, OOMKills: r.OOMKills,
 		StdoutBytes: r.Stdout.Total, StderrBytes: r.Stderr.Total,
 		StdoutTruncated: r.Stdout.Truncated, StderrTruncated: r.Stderr.Truncated,
 	}
@@ -253,6 +258,11 @@ func classify(r sandbox.Result, workspaceFull bool, cpuLimit time.Duration) stri
 		return record.VerdictExecError
 	case r.Canceled:
 		return record.VerdictCanceled
+	case r.OOMKills > 0:
+		// The kernel killed a process of the step at its cgroup's memory
+		// limit: whatever the step did next (exit, hang until its
+		// deadline), its work was cut short by the limit.
+		return record.VerdictMemory
 	case r.TimedOut:
 		return record.VerdictTimeout
 	case r.Exited && r.ExitCode == 0:
@@ -291,7 +301,7 @@ func (w *Worker) handlePromote(ctx context.Context, t *asynq.Task) error {
 		log.Warn().Err(err).Msg("promotion failed; asynq retries it")
 		return err
 	}
-	log.Info().Str("run_id", m.RunID).Bool("published", published).Str("to", w.cfg.Sink.Where(m.RunID)).
+	log.Info().Str("run_id", m.RunID).Bool("published", published).Str("to", w.cfg.Sink.Where(m.RunID, m.TaskID)).
 		Int("artifacts", len(m.Artifacts)).Msg("promoted")
 	return nil
 }

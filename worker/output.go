@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/airlock-run/airlock/approve"
@@ -18,6 +19,16 @@ import (
 	"github.com/airlock-run/airlock/tmpfs"
 )
 
+// checker validates results: in the worker when cheap, else in a child
+// (this binary re-executed) running as uid when the worker is root.
+func (w *Worker) checker(uid int) *contract.Checker {
+	c := &contract.Child{UID: -1, GID: -1}
+	if os.Geteuid() == 0 {
+		c.UID, c.GID = uid, uid
+	}
+	return &contract.Checker{Child: c}
+}
+
 // approvalID is the id of a run's approval: derived from the task id, so
 // that a retried run task never parks (or publishes) twice.
 func approvalID(taskID string) string {
@@ -28,7 +39,10 @@ func approvalID(taskID string) string {
 // output applies the output contract to a run whose steps all succeeded,
 // then the risk policy: the output is parked for a human, or accepted and
 // promoted at once. It fills rec; an error means the worker failed.
-func (w *Worker) output(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspace, rec *record.Run) error {
+//
+// The result's validation ends by deadline, the task's, or fails the run
+// with the verdict timeout; uid is the slot's, for a validation child.
+func (w *Worker) output(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspace, rec *record.Run, deadline time.Time, uid int) error {
 	out := spec.Output
 	var result []byte
 	fail := func(verdict, msg string) error {
@@ -42,21 +56,26 @@ func (w *Worker) output(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspa
 			return fail(record.VerdictOutput, "output.result: "+err.Error())
 		}
 		rec.ResultBytes, rec.ResultSHA256 = int64(len(result)), hexSHA(result)
+		var schema *contract.Schema
 		if len(out.Schema) > 0 {
-			schema, err := contract.Compile(out.Schema)
-			if err != nil {
+			if schema, err = contract.Compile(out.Schema); err != nil {
 				return fail(record.VerdictSchema, "output.schema: "+err.Error())
 			}
-			vs, err := schema.Validate(result)
-			if err != nil {
-				return fail(record.VerdictOutput, "output.result: "+err.Error())
+		}
+		vs, err := w.checker(uid).Check(ctx, schema, result, deadline)
+		switch {
+		case errors.Is(err, contract.ErrDeadline):
+			return fail(record.VerdictTimeout, fmt.Sprintf("output.result: %v (task timeout %s)", err, spec.Timeout))
+		case errors.Is(err, contract.ErrTooCostly):
+			return fail(record.VerdictSchema, "output.result: "+err.Error())
+		case err != nil:
+			return fail(record.VerdictOutput, "output.result: "+err.Error())
+		}
+		if len(vs) > 0 {
+			for _, v := range vs {
+				rec.SchemaErrors = append(rec.SchemaErrors, record.Violation{Path: v.Path, Message: v.Message})
 			}
-			if len(vs) > 0 {
-				for _, v := range vs {
-					rec.SchemaErrors = append(rec.SchemaErrors, record.Violation{Path: v.Path, Message: v.Message})
-				}
-				return fail(record.VerdictSchema, fmt.Sprintf("output.result does not satisfy output.schema (%d errors)", len(vs)))
-			}
+			return fail(record.VerdictSchema, fmt.Sprintf("output.result does not satisfy output.schema (%d errors)", len(vs)))
 		}
 	}
 	col, err := contract.CollectArtifacts(ws, out.Artifacts, w.cfg.Artifacts)
@@ -116,7 +135,7 @@ func (w *Worker) output(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspa
 			}
 			return nil
 		}
-		rec.State, rec.PublishedTo = record.StatePromoted, w.cfg.Sink.Where(rec.RunID)
+		rec.State, rec.PublishedTo = record.StatePromoted, w.cfg.Sink.Where(rec.RunID, rec.TaskID)
 	default:
 		rec.State = stored.State // rejected or expired by an earlier attempt's approver
 	}

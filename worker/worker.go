@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/cgroup"
 	"github.com/airlock-run/airlock/internal/queuepolicy"
 	"github.com/airlock-run/airlock/internal/sandbox"
 	"github.com/airlock-run/airlock/limits"
@@ -55,6 +56,13 @@ type Config struct {
 	UIDCount      int                   // size of the range; default 10000
 	UIDLockDir    string                // default /run/airlock/uids
 	Landlock      *bool                 // default true
+	// Cgroup is "auto" (the default: cgroup v2 where delegated, else v1
+	// where writable) or "off": memory and processes are then limited by
+	// RLIMIT_AS and RLIMIT_NPROC, which strict isolation refuses.
+	Cgroup string
+	// CgroupRoot is where cgroup hierarchies are mounted; default
+	// /sys/fs/cgroup.
+	CgroupRoot string
 	// ROBinds are host directories or files added read-only to every
 	// step's view, "SRC[:DST]" (the -ro-bind flag): an interpreter under
 	// /opt, a virtualenv. A source that holds a unix socket is refused: a
@@ -89,6 +97,8 @@ type Worker struct {
 	name      string
 	userNS    bool // not root: namespaces come from a user namespace
 	binds     []sandbox.Bind
+	cgroups   *cgroup.Manager // nil: the rlimit fallback
+	memory    string          // the memory tier, for the isolation line
 
 	approvals *approve.Store
 	promoter  *promote.Promoter
@@ -145,6 +155,9 @@ func (c *Config) defaults() {
 		t := true
 		c.Landlock = &t
 	}
+	if c.Cgroup == "" {
+		c.Cgroup = "auto"
+	}
 	if c.MaxPayload <= 0 {
 		c.MaxPayload = tasks.DefaultMaxPayload
 	}
@@ -184,6 +197,9 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Isolation != Strict && cfg.Isolation != BestEffort {
 		return nil, fmt.Errorf("worker: isolation %q: want %q or %q", cfg.Isolation, Strict, BestEffort)
 	}
+	if cfg.Cgroup != "auto" && cfg.Cgroup != "off" {
+		return nil, fmt.Errorf("worker: cgroup %q: want auto or off", cfg.Cgroup)
+	}
 	if err := cfg.Policy.Check(); err != nil {
 		return nil, fmt.Errorf("worker: limits: %w", err)
 	}
@@ -215,8 +231,13 @@ func New(cfg Config) (*Worker, error) {
 	if !mgr.Mounted() {
 		missing = append(missing, "quota ("+mgr.Mechanism()+")")
 	}
+	w.openCgroups()
+	if w.cgroups == nil {
+		missing = append(missing, "memory ("+w.memory+")")
+	}
 	if err := w.startSlots(root); err != nil {
 		w.closeSlots()
+		w.closeCgroups()
 		mgr.Close()
 		return nil, err
 	}
@@ -244,9 +265,36 @@ func New(cfg Config) (*Worker, error) {
 	if len(missing) > 0 && cfg.Isolation == Strict {
 		w.closeSlots()
 		mgr.Close()
+		w.closeCgroups()
 		return nil, fmt.Errorf("%w: %s (run as root with CAP_SYS_ADMIN, or pass -isolation=best-effort to run anyway)", ErrIsolation, strings.Join(missing, "; "))
 	}
 	return w, nil
+}
+
+// openCgroups opens the slots' parent control group, or says in w.memory
+// why memory falls back to rlimits.
+func (w *Worker) openCgroups() {
+	const fallback = "off: RLIMIT_AS and RLIMIT_NPROC fallback (per-process address space, not memory: tmpfs, shm and memfd pages are not counted, and runtimes that reserve address space, such as Node.js and the JVM, may not start; processes count the whole uid)"
+	if w.cfg.Cgroup == "off" {
+		w.memory = fallback + "; cgroups disabled by the operator"
+		return
+	}
+	m, err := cgroup.Open(cgroup.Options{Root: w.cfg.CgroupRoot})
+	if err != nil {
+		w.memory = fallback + "; " + err.Error()
+		return
+	}
+	w.cgroups = m
+	w.memory = m.Describe() + ": memory (anonymous, tmpfs, shm, memfd, page cache; no swap) and processes per step"
+}
+
+func (w *Worker) closeCgroups() {
+	if w.cgroups != nil {
+		if err := w.cgroups.Close(); err != nil {
+			w.log.Warn().Err(err).Msg("remove the slots' cgroups")
+		}
+		w.cgroups = nil
+	}
 }
 
 // searchable checks that every existing ancestor of the workspace root
@@ -290,6 +338,17 @@ func (w *Worker) startSlots(root bool) error {
 			return fmt.Errorf("worker: slot %d: %w", i, err)
 		}
 		s.area, cfg.Workspace = area, area.Dir()
+		if w.cgroups != nil {
+			g, err := w.cgroups.NewGroup(name)
+			if err != nil {
+				area.Close()
+				if s.uid != nil {
+					s.uid.Release()
+				}
+				return fmt.Errorf("worker: slot %d: %w", i, err)
+			}
+			cfg.Cgroup = g
+		}
 		if !root && (i == 0 || w.userNS) {
 			cfg.Namespaces, cfg.UserNS = true, true
 		}
@@ -366,6 +425,7 @@ func (w *Worker) describe(root bool) record.Isolation {
 	iso.Mode = w.cfg.Isolation
 	iso.Quota = w.ws.Mechanism()
 	iso.Rlimits = "prlimit while stopped at exec (ptrace)"
+	iso.Memory = w.memory
 	if root {
 		iso.User = fmt.Sprintf("uid per slot from %d", w.cfg.UIDFirst)
 		iso.Network = "network namespace (loopback only)"
@@ -441,6 +501,7 @@ func (w *Worker) Isolation() record.Isolation { return w.isolation }
 func (w *Worker) Run(ctx context.Context) error {
 	defer func() {
 		w.closeSlots()
+		w.closeCgroups()
 		if err := w.ws.Close(); err != nil {
 			w.log.Warn().Err(err).Msg("workspace root cleanup")
 		}

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-run/airlock"
@@ -32,7 +34,7 @@ type options struct {
 	concurrency, maxPayload                                     int
 	timeout, maxTimeout, checkInterval, shutdownTimeout, grace  time.Duration
 	allowNetwork, landlock, dev                                 bool
-	policyFile, storeDir                                        string
+	policyFile, storeDir, cgroupMode, storeGroup                string
 	approvalTTL, sweepInterval                                  time.Duration
 	maxArtifacts                                                int
 	maxArtifactBytes, maxResultBytes, maxStaged                 string
@@ -64,13 +66,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.uidRange, "uid-range", "200000-209999", "uids for the slots (each slot takes a free one)")
 	fs.StringVar(&o.uidLockDir, "uid-lock-dir", "/run/airlock/uids", "lock files that keep two workers off one uid")
 	fs.BoolVar(&o.landlock, "landlock", true, "confine steps' writes with Landlock")
+	fs.StringVar(&o.cgroupMode, "cgroup", "auto", "auto: limit each step's memory and processes with a cgroup (v2 where delegated, else v1); off: RLIMIT_AS and RLIMIT_NPROC only (strict isolation refuses it)")
 	fs.Var(&o.roBinds, "ro-bind", "SRC[:DST]: add a host directory or file, read-only, to every step's view (repeatable; e.g. /opt/node)")
 	fs.IntVar(&o.maxPayload, "max-payload", tasks.DefaultMaxPayload, "largest spec accepted, bytes")
 	fs.DurationVar(&o.checkInterval, "task-check-interval", 10*time.Millisecond, "idle queue poll interval (asynq's default of 1s makes idle latency ~600ms)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 3*time.Second, "wait on shutdown before unfinished tasks are handed back")
 	fs.DurationVar(&o.grace, "grace", 500*time.Millisecond, "time between SIGTERM and SIGKILL when a step is stopped")
 	fs.StringVar(&o.policyFile, "policy", "", "risk policy file (JSON or YAML); without one every output is parked")
-	fs.StringVar(&o.storeDir, "store", "airlock-store", "directory promoted outputs are published to")
+	fs.StringVar(&o.storeDir, "store", "airlock-store", "directory promoted outputs are published to (<store>/<run_id>/<task_id>/, 0700/0600)")
+	fs.StringVar(&o.storeGroup, "store-group", "", "group (name or gid) allowed to read the store: directories 0750, files 0640")
 	fs.DurationVar(&o.approvalTTL, "approval-ttl", 72*time.Hour, "pending approvals expire after this")
 	fs.DurationVar(&o.sweepInterval, "sweep-interval", 10*time.Second, "how often approvals are expired and promotions caught up")
 	fs.IntVar(&o.maxArtifacts, "max-artifacts", 64, "artifacts per run")
@@ -87,7 +91,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (see -h)", fs.Arg(0))
 	}
-	log, err := newLogger(o.logFormat, o.logLevel, stderr)
+	logOut := &droppingWriter{w: stderr}
+	log, err := newLogger(o.logFormat, o.logLevel, logOut)
 	if err != nil {
 		return err
 	}
@@ -128,7 +133,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.dev {
 		go demo(ctx, rdb, stdout, log)
 	}
-	return w.Run(ctx)
+	err = w.Run(ctx)
+	if n := logOut.dropped.Load(); n > 0 {
+		log.Warn().Int64("log_lines_dropped", n).Msg("log lines could not be written")
+	}
+	return err
 }
 
 func (o *options) config(log zerolog.Logger) (worker.Config, error) {
@@ -164,6 +173,14 @@ func (o *options) config(log zerolog.Logger) (worker.Config, error) {
 			return worker.Config{}, fmt.Errorf("-policy: %w", err)
 		}
 	}
+	sink := &promote.FS{Dir: o.storeDir}
+	if o.storeGroup != "" {
+		gid, err := lookupGroup(o.storeGroup)
+		if err != nil {
+			return worker.Config{}, fmt.Errorf("-store-group: %w", err)
+		}
+		sink.ReadGroup = gid
+	}
 	var sizes [3]limits.Bytes
 	for i, f := range []struct{ name, v string }{{"-max-artifact-bytes", o.maxArtifactBytes}, {"-max-result-bytes", o.maxResultBytes}, {"-max-staged-bytes", o.maxStaged}} {
 		if sizes[i], err = limits.ParseBytes(f.v); err != nil {
@@ -171,14 +188,32 @@ func (o *options) config(log zerolog.Logger) (worker.Config, error) {
 		}
 	}
 	return worker.Config{
-		RiskPolicy: risk, Sink: &promote.FS{Dir: o.storeDir}, ApprovalTTL: o.approvalTTL,
+		RiskPolicy: risk, Sink: sink, ApprovalTTL: o.approvalTTL,
 		SweepInterval: o.sweepInterval, MaxStaged: int64(sizes[2]),
 		Artifacts:   contract.Limits{MaxCount: o.maxArtifacts, MaxBytes: int64(sizes[0]), MaxResult: int64(sizes[1])},
 		Concurrency: o.concurrency, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
 		Isolation: o.isolation, UIDFirst: first, UIDCount: count, UIDLockDir: o.uidLockDir,
-		Landlock: &landlock, ROBinds: o.roBinds, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
+		Landlock: &landlock, Cgroup: o.cgroupMode, ROBinds: o.roBinds, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
 		ShutdownTimeout: o.shutdownTimeout, Grace: o.grace, Logger: log,
 	}, nil
+}
+
+// lookupGroup resolves a group name or number to a gid other than 0.
+func lookupGroup(s string) (int, error) {
+	gid, err := strconv.Atoi(s)
+	if err != nil {
+		g, lerr := user.LookupGroup(s)
+		if lerr != nil {
+			return 0, lerr
+		}
+		if gid, err = strconv.Atoi(g.Gid); err != nil {
+			return 0, err
+		}
+	}
+	if gid <= 0 {
+		return 0, fmt.Errorf("%q: want a group other than root's", s)
+	}
+	return gid, nil
 }
 
 func parseQueues(s string) (map[string]int, error) {
@@ -224,6 +259,21 @@ func newLogger(format, level string, w io.Writer) (zerolog.Logger, error) {
 		return zerolog.Logger{}, fmt.Errorf("-log-format: %q is not json or console", format)
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// droppingWriter is the log's writer: a line it cannot write (stderr
+// closed, a full disk) is dropped and counted, never an error that would
+// stop the worker or make the logger complain on the same stderr.
+type droppingWriter struct {
+	w       io.Writer
+	dropped atomic.Int64
+}
+
+func (d *droppingWriter) Write(p []byte) (int, error) {
+	if _, err := d.w.Write(p); err != nil {
+		d.dropped.Add(1)
+	}
+	return len(p), nil
 }
 
 func envOr(k, def string) string {

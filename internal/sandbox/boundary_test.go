@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -269,5 +270,36 @@ echo x > out && echo wrote workspace
 	want := "read /etc/passwd\nread /usr/bin/env\nread /proc/self/status\nwrote workspace\nshm-make EPERM\nmsg-make EPERM\n"
 	if got := string(r.Stdout.Data); got != want {
 		t.Errorf("got:\n%s\nwant:\n%s\nstderr %s", got, want, r.Stderr.Data)
+	}
+}
+
+// TestStepCannotCrashHelper: the signals that crash a Go program (SIGTRAP,
+// SIGSEGV...), sent by a step to every thread of its helper, are caught:
+// the same helper runs the next step.
+func TestStepCannotCrashHelper(t *testing.T) {
+	needView(t)
+	cfg := testConfig(t)
+	cfg.Binds = []Bind{{Src: probeDir(t), Dst: "/opt/probe"}}
+	s, err := NewSlot(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	helper := s.cmd.Process.Pid
+	r, err := s.Run(context.Background(), step("/opt/probe/probe", "signal-helper"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(r.Stdout.Data)
+	var sent, refused int
+	if _, err := fmt.Sscanf(out, "signal-helper sent %d refused %d", &sent, &refused); err != nil || sent == 0 {
+		t.Fatalf("probe: %q (%v): want signals sent to the helper's threads", out, err)
+	}
+	r, err = s.Run(context.Background(), step("true"))
+	if err != nil || !r.Exited || r.ExitCode != 0 {
+		t.Fatalf("next step: %+v, %v", r, err)
+	}
+	if s.cmd == nil || s.cmd.Process.Pid != helper {
+		t.Errorf("the helper was replaced: it died of the signals (%d sent)", sent)
 	}
 }

@@ -31,6 +31,9 @@ type helperConfig struct {
 	UserNS    bool   `json:"user_ns"` // root of a new user namespace: drop capabilities for steps
 	View      bool   `json:"view"`    // with Namespace: build the view and pivot_root into it
 	Binds     []Bind `json:"binds,omitempty"`
+	// Cgroups is how many cgroup.procs descriptors came with this
+	// message: every step is moved into each before it starts.
+	Cgroups int `json:"cgroups,omitempty"`
 }
 
 // MaybeHelper runs the slot helper and exits when the process was started
@@ -56,6 +59,7 @@ type helper struct {
 	spawns chan spawnReq // served by the locked, confined spawner thread
 	wmu    sync.Mutex    // serialises writes on conn
 	ipc    *ipcSweeper   // nil without an IPC namespace of our own
+	cgroup []int         // cgroup.procs of the slot's group, one per hierarchy
 
 	mu      sync.Mutex
 	current *stepRun // the step running now, for cancel
@@ -81,11 +85,17 @@ func helperMain() error {
 	// these are caught and dropped. Notify rather than Ignore: a caught
 	// signal is reset to its default in a forked child, an ignored one
 	// would stay ignored in every step (SIGXCPU, SIGTERM...).
+	// The signals of a crash (SIGSEGV, SIGTRAP...) are caught too: the Go
+	// runtime relays one that a process sent (kill, tgkill to a thread)
+	// to the channel instead of crashing, while a real fault still
+	// crashes.
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM,
 		syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
-		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGIO, syscall.SIGPWR, syscall.SIGSYS)
+		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGIO, syscall.SIGPWR, syscall.SIGSYS,
+		syscall.SIGTRAP, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL,
+		syscall.SIGABRT, syscall.SIGSTKFLT)
 	go func() {
 		for range sigs {
 		}
@@ -97,9 +107,14 @@ func helperMain() error {
 		return fmt.Errorf("control socket: %w", err)
 	}
 	h := &helper{conn: c.(*net.UnixConn), spawns: make(chan spawnReq)}
-	if _, err := readMsg(h.conn, &h.cfg); err != nil {
+	fds, err := readMsg(h.conn, &h.cfg)
+	if err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
+	if len(fds) != h.cfg.Cgroups {
+		return fmt.Errorf("config came with %d descriptors, want %d", len(fds), h.cfg.Cgroups)
+	}
+	h.cgroup = fds
 	st, err := h.setup()
 	if err != nil {
 		_ = writeMsg(h.conn, hello{Error: err.Error()}, nil)

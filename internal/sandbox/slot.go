@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/cgroup"
 	"github.com/airlock-run/airlock/limits"
 	"golang.org/x/sys/unix"
 )
@@ -41,9 +42,14 @@ type SlotConfig struct {
 	View       bool // with Namespaces: steps see a root of their own (see view.go), the workspace at Workdir
 	Binds      []Bind
 	Landlock   bool
-	Network    bool          // steps of this slot may use the host's network
-	Stderr     io.Writer     // where helpers' own diagnostics go; nil discards
-	Grace      time.Duration // SIGTERM to SIGKILL; default 500ms
+	Network    bool // steps of this slot may use the host's network
+	// Cgroup, when set, is the slot's control group: each step is moved
+	// into it before its first instruction, its memory and processes are
+	// limited there (not by RLIMIT_AS and RLIMIT_NPROC), and its peak and
+	// OOM kills are read from it.
+	Cgroup *cgroup.Group
+	Stderr io.Writer     // where helpers' own diagnostics go; nil discards
+	Grace  time.Duration // SIGTERM to SIGKILL; default 500ms
 }
 
 // Status says which confinement a slot's helper put in place, one field
@@ -93,6 +99,11 @@ type Result struct {
 	Duration   time.Duration
 	CPU        time.Duration
 	MaxRSSKB   int64
+	// MemoryPeak is the peak of the slot's cgroup during the step, in
+	// bytes (0 without a cgroup); OOMKills counts the step's processes the
+	// kernel killed at the cgroup's memory limit.
+	MemoryPeak int64
+	OOMKills   int64
 	Killed     int // processes left behind and killed when the step ended
 	Stdout     Capture
 	Stderr     Capture
@@ -191,7 +202,14 @@ func (s *Slot) start() error {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }() // the one goroutine that waits for it
 	var h hello
-	if err := writeMsg(conn, hc, nil); err != nil {
+	var cgFDs []int
+	if s.cfg.Cgroup != nil {
+		for _, f := range s.cfg.Cgroup.Procs() {
+			cgFDs = append(cgFDs, int(f.Fd()))
+		}
+		hc.Cgroups = len(cgFDs)
+	}
+	if err := writeMsg(conn, hc, cgFDs); err != nil {
 		conn.Close()
 		_ = cmd.Process.Kill()
 		<-done
@@ -257,10 +275,21 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 	if len(st.Argv) == 0 {
 		return Result{StartError: "empty argv"}, nil
 	}
+	cg := s.cfg.Cgroup
 	req := &runRequest{
 		Argv: st.Argv, Env: buildEnv(st, s.status.Workdir),
-		Rlimits:   st.Limits.Rlimits(0),
+		Rlimits:   st.Limits.Rlimits(0, cg != nil),
 		TimeoutNS: int64(st.Timeout), GraceNS: int64(s.cfg.Grace),
+	}
+	var mark cgroup.Mark
+	if cg != nil {
+		if err := cg.Set(int64(st.Limits.Memory), st.Limits.Processes); err != nil {
+			return Result{}, err
+		}
+		var err error
+		if mark, err = cg.Mark(); err != nil {
+			return Result{}, err
+		}
 	}
 
 	stdin := s.devnull
@@ -307,6 +336,12 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 		return Result{}, err
 	}
 	wg.Wait()
+	var usage cgroup.Usage
+	if cg != nil {
+		if usage, err = cg.Usage(mark); err != nil {
+			return Result{}, err
+		}
+	}
 	if resp.Leftover != "" {
 		// IPC objects the sweep could not remove: a new helper, with a
 		// new IPC namespace, for the next step.
@@ -320,6 +355,7 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 		Duration: time.Duration(resp.DurationNS),
 		CPU:      time.Duration(resp.UtimeUS+resp.StimeUS) * time.Microsecond,
 		MaxRSSKB: resp.MaxRSSKB, Killed: resp.Killed,
+		MemoryPeak: usage.PeakBytes, OOMKills: usage.OOMKills,
 		Stdout: outC, Stderr: errC,
 	}, nil
 }

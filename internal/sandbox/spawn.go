@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -61,7 +62,7 @@ func (h *helper) spawner(st Status, ready chan<- Status) {
 	}
 	ready <- st
 	for sr := range h.spawns {
-		pid, err := spawnStopped(sr.req, sr.fds, st.Workdir)
+		pid, err := spawnStopped(sr.req, sr.fds, st.Workdir, h.cgroup)
 		sr.reply <- spawnResult{pid, err}
 	}
 }
@@ -112,11 +113,12 @@ func dropThreadCaps() error {
 
 // spawnStopped finds the step's program, forks and execs it with
 // PTRACE_TRACEME, waits for the stop that follows a successful execve,
-// applies the rlimits with prlimit(2) and lets it run: the limits are in
-// force before the program's first instruction. It must run on the
+// applies the rlimits with prlimit(2), moves it into the slot's cgroup
+// (each of cgroup is a cgroup.procs descriptor) and lets it run: the
+// limits are in force before the program's first instruction. It must run on the
 // spawner thread: the lookup is then made as the step would make it, as
 // the slot's uid, in the step's view, under its Landlock domain.
-func spawnStopped(req *runRequest, fds []int, dir string) (int, error) {
+func spawnStopped(req *runRequest, fds []int, dir string, cgroup []int) (int, error) {
 	path, err := lookPath(req.Argv[0], dir, envValue(req.Env, "PATH"))
 	if err != nil {
 		return 0, err
@@ -145,18 +147,34 @@ func spawnStopped(req *runRequest, fds []int, dir string) (int, error) {
 		// It died before its first instruction (killed from outside).
 		return 0, fmt.Errorf("step ended before it started: %v", describeStatus(ws))
 	}
-	threads := countThreads()
+	abort := func(err error) (int, error) {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		_ = unix.PtraceDetach(pid)
+		_, _ = unix.Wait4(pid, &ws, unix.WALL, nil)
+		return 0, err
+	}
+	threads := 0
 	for _, rl := range req.Rlimits {
 		cur, max := rl.Cur, rl.Max
 		if rl.Resource == unix.RLIMIT_NPROC {
+			if threads == 0 {
+				threads = countThreads()
+			}
 			cur += uint64(threads)
 			max += uint64(threads)
 		}
 		if err := unix.Prlimit(pid, rl.Resource, &unix.Rlimit{Cur: cur, Max: max}, nil); err != nil {
-			_ = unix.Kill(pid, unix.SIGKILL)
-			_ = unix.PtraceDetach(pid)
-			_, _ = unix.Wait4(pid, &ws, unix.WALL, nil)
-			return 0, fmt.Errorf("prlimit %d: %w", rl.Resource, err)
+			return abort(fmt.Errorf("prlimit %d: %w", rl.Resource, err))
+		}
+	}
+	if len(cgroup) > 0 {
+		id := []byte(strconv.Itoa(pid))
+		for _, fd := range cgroup {
+			if _, err := unix.Write(fd, id); err != nil {
+				// Never run a step outside the group whose limits it
+				// was promised.
+				return abort(fmt.Errorf("join the slot's cgroup: %w", err))
+			}
 		}
 	}
 	if err := unix.PtraceDetach(pid); err != nil {

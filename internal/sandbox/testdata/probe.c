@@ -3,6 +3,7 @@
  * when it failed. Built by the sandbox and e2e tests with the machine's C
  * compiler and bound into the steps' view (-ro-bind). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/io_uring.h>
@@ -142,6 +143,28 @@ int main(int argc, char **argv) {
 			for (int fd = 0; fd < 1024; fd++)
 				if (fcntl(fd, F_GETFD) >= 0)
 					printf("fd %d\n", fd);
+		} else if (!strcmp(c, "signal-helper")) {
+			/* the signals that crash a Go program, sent to every thread
+			 * of the slot's helper (PID 1 of the step's namespace) */
+			int sigs[] = {SIGTRAP, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS, SIGQUIT};
+			int sent = 0, refused = 0;
+			DIR *d = opendir("/proc/1/task");
+			struct dirent *e;
+			while (d && (e = readdir(d))) {
+				int tid = atoi(e->d_name);
+				if (tid <= 0)
+					continue;
+				for (unsigned k = 0; k < sizeof sigs / sizeof sigs[0]; k++) {
+					if (syscall(SYS_tgkill, 1, tid, sigs[k]) == 0)
+						sent++;
+					else
+						refused++;
+				}
+			}
+			if (d)
+				closedir(d);
+			usleep(200000); /* let the helper die, if it does */
+			printf("signal-helper sent %d refused %d\n", sent, refused);
 		} else if (!strcmp(c, "int80")) {
 			/* getpid through the i386 ABI */
 			long rc;

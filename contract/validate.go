@@ -1,0 +1,293 @@
+package contract
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Bounds of a result's validation (Checker). Validation in the worker
+// costs at most InProcessUnits (see cost.go: ~35 ms of CPU and ~10 MiB
+// when every check fails, far less when they pass), on a document of at
+// most InProcessValues values (~4 MiB decoded); anything costlier runs in
+// a child process bounded by the task's deadline, ChildMemory of address
+// space and MaxUnits of work.
+const (
+	InProcessUnits  = 10_000
+	InProcessValues = 50_000
+	MaxUnits        = 50_000_000
+	ChildMemory     = 1 << 30
+)
+
+// Errors of Checker.Check, matched with errors.Is.
+var (
+	// ErrTooCostly: validating the result would cost more than MaxUnits,
+	// or more than the child's memory; the caller fails the run (schema).
+	ErrTooCostly = errors.New("validation too costly")
+	// ErrDeadline: the task's deadline passed before validation ended;
+	// the caller fails the run (timeout).
+	ErrDeadline = errors.New("validation did not end before the task's deadline")
+)
+
+// Checker validates results with bounded work. Its zero value validates
+// in the calling process only, refusing costlier documents as
+// ErrTooCostly.
+type Checker struct {
+	// Child, when set, runs costly validations in a child process: the
+	// binary at Child.Path (default /proc/self/exe), which must call
+	// MaybeValidator at the top of main.
+	Child *Child
+}
+
+// Child says how a validation child is started.
+type Child struct {
+	Path     string // default /proc/self/exe
+	UID, GID int    // the child's identity when >= 0 (the worker is root); -1 keeps the caller's
+}
+
+// Check checks doc, a result that json.Valid accepted, against the
+// contract: every number fits a float64 (ErrNumber; unless s allows big
+// numbers), and, when s is not nil, doc satisfies s. It returns the
+// violations (at most MaxViolations) and never spends more than the
+// bounds above: a validation that would cost more, or would end after
+// deadline (the zero time: none), fails with ErrTooCostly or ErrDeadline.
+func (c *Checker) Check(ctx context.Context, s *Schema, doc []byte, deadline time.Time) ([]Violation, error) {
+	sh, err := scan(doc, s != nil && s.bigNumbers)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		return nil, nil
+	}
+	if past(deadline) {
+		return nil, ErrDeadline
+	}
+	if sh.values <= InProcessValues {
+		v, err := decodeJSON(doc)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrResultNotJSON, err)
+		}
+		e := &estimator{budget: InProcessUnits}
+		if e.cost(s.plan, v) {
+			vs, err := s.validateDecoded(v)
+			if err == nil && past(deadline) {
+				return nil, ErrDeadline
+			}
+			return vs, err
+		}
+	}
+	if c == nil || c.Child == nil {
+		return nil, fmt.Errorf("%w: more than %d units of work in the worker, and no validation child", ErrTooCostly, InProcessUnits)
+	}
+	return c.Child.run(ctx, s, doc, deadline)
+}
+
+// past reports whether deadline (the zero time: none) has passed.
+func past(deadline time.Time) bool { return !deadline.IsZero() && time.Now().After(deadline) }
+
+// validateDecoded validates v, a decoded document.
+func (s *Schema) validateDecoded(v any) ([]Violation, error) {
+	res, err := s.schema.Validate(gojsonschemaLoader(v))
+	if err != nil {
+		return nil, fmt.Errorf("validate: %w", err)
+	}
+	if res.Valid() {
+		return nil, nil
+	}
+	vs := violations(res.Errors(), v)
+	return vs[:min(len(vs), MaxViolations)], nil
+}
+
+// childArg is argv[1] of a validation child.
+const childArg = "__airlock_validate"
+
+// childRequest is what a validation child reads on stdin.
+type childRequest struct {
+	Schema   json.RawMessage `json:"schema"`
+	Doc      json.RawMessage `json:"doc"`
+	MaxUnits int64           `json:"max_units"`
+}
+
+// childResponse is what it writes on stdout.
+type childResponse struct {
+	Violations []Violation `json:"violations"`
+	TooCostly  string      `json:"too_costly,omitempty"`
+	Error      string      `json:"error,omitempty"`
+}
+
+// maxChildOutput bounds what is read of a child's answer: MaxViolations
+// violations of two 1 KiB texts each, and room for the JSON.
+const maxChildOutput = 256 << 10
+
+func (c *Child) run(ctx context.Context, s *Schema, doc []byte, deadline time.Time) ([]Violation, error) {
+	req, err := json.Marshal(childRequest{Schema: s.src, Doc: doc, MaxUnits: MaxUnits})
+	if err != nil {
+		return nil, err
+	}
+	if deadline.IsZero() {
+		deadline = time.Now().Add(time.Minute)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	path := c.Path
+	if path == "" {
+		path = "/proc/self/exe"
+	}
+	left := time.Until(deadline)
+	cpu := int64(math.Ceil(left.Seconds())) + 1
+	cmd := exec.CommandContext(ctx, path, childArg, strconv.FormatInt(ChildMemory, 10), strconv.FormatInt(cpu, 10))
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.Stdin = bytes.NewReader(req)
+	var out, errOut limitedBuffer
+	out.max, errOut.max = maxChildOutput, 4<<10
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if c.UID >= 0 && os.Geteuid() == 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(c.UID), Gid: uint32(c.GID)}
+	}
+	cmd.WaitDelay = time.Second
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		return nil, ErrDeadline
+	}
+	if err != nil {
+		// Killed at its CPU or memory bound: the Go runtime's "out of
+		// memory", SIGXCPU, SIGKILL.
+		return nil, fmt.Errorf("%w: validation child: %v (%s)", ErrTooCostly, err, bytes.TrimSpace(firstLine(errOut.Bytes())))
+	}
+	var resp childResponse
+	if err := json.Unmarshal(out.Bytes(), &resp); err != nil {
+		return nil, fmt.Errorf("validation child: bad answer: %w", err)
+	}
+	switch {
+	case resp.TooCostly != "":
+		return nil, fmt.Errorf("%w: %s", ErrTooCostly, resp.TooCostly)
+	case resp.Error != "":
+		return nil, errors.New("validation child: " + resp.Error)
+	}
+	return resp.Violations, nil
+}
+
+func firstLine(b []byte) []byte {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		return b[:i]
+	}
+	return b
+}
+
+// limitedBuffer keeps the first max bytes written to it and drops the rest.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// MaybeValidator runs a validation child and exits when the process was
+// started as one; otherwise it returns at once. A binary that embeds a
+// worker must call it at the top of main.
+func MaybeValidator() {
+	if len(os.Args) != 4 || os.Args[1] != childArg {
+		return
+	}
+	if err := validatorMain(os.Args[2], os.Args[3], os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock validation child: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// maxChildInput bounds a child's request: the largest schema the cache
+// holds and the largest result a worker reads, with room to spare.
+const maxChildInput = 64 << 20
+
+func validatorMain(memArg, cpuArg string, in io.Reader, out io.Writer) error {
+	mem, err1 := strconv.ParseUint(memArg, 10, 64)
+	cpu, err2 := strconv.ParseUint(cpuArg, 10, 64)
+	if err1 != nil || err2 != nil {
+		return errors.New("bad arguments")
+	}
+	// Bound ourselves before reading anything untrusted. The Go runtime
+	// has reserved address space it has not used yet: the bound is on top
+	// of what is mapped now.
+	as := mem + vmSize()
+	if err := unix.Setrlimit(unix.RLIMIT_AS, &unix.Rlimit{Cur: as, Max: as}); err != nil {
+		return fmt.Errorf("RLIMIT_AS: %w", err)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_CPU, &unix.Rlimit{Cur: cpu, Max: cpu + 1}); err != nil {
+		return fmt.Errorf("RLIMIT_CPU: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	data, err := io.ReadAll(io.LimitReader(in, maxChildInput+1))
+	if err != nil {
+		return err
+	}
+	if len(data) > maxChildInput {
+		return errors.New("request too large")
+	}
+	var req childRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return err
+	}
+	resp := validateChild(req)
+	return json.NewEncoder(out).Encode(resp)
+}
+
+// vmSize reads this process's mapped address space, in bytes.
+func vmSize() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("VmSize:")); ok {
+			n, err := strconv.ParseUint(string(bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(v), []byte("kB")))), 10, 64)
+			if err == nil {
+				return n << 10
+			}
+		}
+	}
+	return 0
+}
+
+func validateChild(req childRequest) childResponse {
+	s, err := Compile(req.Schema)
+	if err != nil {
+		return childResponse{Error: err.Error()}
+	}
+	if _, err := scan(req.Doc, s.bigNumbers); err != nil {
+		return childResponse{Error: err.Error()}
+	}
+	v, err := decodeJSON(req.Doc)
+	if err != nil {
+		return childResponse{Error: err.Error()}
+	}
+	e := &estimator{budget: req.MaxUnits}
+	if !e.cost(s.plan, v) {
+		return childResponse{TooCostly: fmt.Sprintf("validating the result would apply more than %d subschemas to its values", req.MaxUnits)}
+	}
+	vs, err := s.validateDecoded(v)
+	if err != nil {
+		return childResponse{Error: err.Error()}
+	}
+	return childResponse{Violations: vs}
+}

@@ -1,0 +1,231 @@
+package cgroup
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// open opens a Manager on this machine, or skips: the tests need a
+// writable hierarchy (root on cgroup v1, or a delegated v2 group).
+func open(t *testing.T) *Manager {
+	t.Helper()
+	m, err := Open(Options{Name: "airlock-test-" + strconv.Itoa(os.Getpid()) + "-" + strings.ReplaceAll(t.Name(), "/", "-")})
+	if errors.Is(err, ErrUnavailable) {
+		t.Skipf("no usable cgroup here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		for _, d := range m.dirs {
+			if _, err := os.Stat(d); !os.IsNotExist(err) {
+				t.Errorf("%s left behind", d)
+			}
+		}
+	})
+	return m
+}
+
+// join starts argv stopped in the group and lets it run: as the helper
+// does, it writes the pid into each cgroup.procs before the program runs
+// (here: before it is resumed from SIGSTOP by the shell's own kill).
+func join(t *testing.T, g *Group, script string) *exec.Cmd {
+	t.Helper()
+	// The shell stops itself, is moved, then resumes into the script.
+	cmd := exec.Command("sh", "-c", "kill -STOP $$; "+script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
+		t.Fatalf("wait for the stop: %v %v", ws, err)
+	}
+	for _, f := range g.Procs() {
+		if _, err := f.Write([]byte(strconv.Itoa(cmd.Process.Pid))); err != nil {
+			t.Fatalf("join %s: %v", f.Name(), err)
+		}
+	}
+	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+func TestLimitsPeakAndOOM(t *testing.T) {
+	m := open(t)
+	g, err := m.NewGroup("t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Set(64<<20, 16); err != nil {
+		t.Fatal(err)
+	}
+	mark, err := g.Mark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// tail keeps the last "line" of /dev/zero, which never ends, in
+	// memory until the group's limit kills it.
+	cmd := join(t, g, "exec tail /dev/zero")
+	err = cmd.Wait()
+	u, uerr := g.Usage(mark)
+	if uerr != nil {
+		t.Fatal(uerr)
+	}
+	if u.OOMKills < 1 {
+		t.Errorf("OOMKills = %d (wait: %v), want at least 1 at a 64 MiB limit", u.OOMKills, err)
+	}
+	if g.peak != nil && g.peakResets && (u.PeakBytes > 64<<20 || u.PeakBytes < 32<<20) {
+		t.Errorf("PeakBytes = %d, want near 64 MiB and not above", u.PeakBytes)
+	}
+	// A second step starts from a fresh mark: no OOM kill of its own.
+	mark, err = g.Mark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := join(t, g, "true").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := g.Usage(mark); err != nil || u.OOMKills != 0 {
+		t.Errorf("next step: %+v %v, want no OOM kill", u, err)
+	}
+}
+
+func TestPidsLimit(t *testing.T) {
+	m := open(t)
+	g, err := m.NewGroup("t2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Set(256<<20, 4); err != nil {
+		t.Fatal(err)
+	}
+	// perl forks until fork fails: perl itself and at most 3 children.
+	if _, err := exec.LookPath("perl"); err != nil {
+		t.Skip("needs perl")
+	}
+	out := filepath.Join(t.TempDir(), "n")
+	cmd := join(t, g, `exec perl -e 'my $n = 0; for (1..8) { my $p = fork; last unless defined $p; if (!$p) { sleep 2; exit } $n++ } open my $f, ">", "`+out+`"; print $f "$n\n"; close $f; 1 while wait != -1'`)
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out)
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 1 || n > 3 {
+		t.Errorf("perl forked %q children under pids 4 (perl is one), want 1 to 3", b)
+	}
+	cur, _ := os.ReadFile(filepath.Join(g.dirs[len(g.dirs)-1], "pids.max"))
+	if strings.TrimSpace(string(cur)) != "4" {
+		t.Errorf("pids.max = %q", cur)
+	}
+}
+
+// TestSetWritesOnlyChanges: the limits are written when they change.
+func TestSetWritesOnlyChanges(t *testing.T) {
+	m := open(t)
+	g, err := m.NewGroup("t3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lim := range []struct {
+		mem  int64
+		pids int
+	}{{128 << 20, 8}, {128 << 20, 8}, {256 << 20, 32}, {64 << 20, 8}} {
+		if err := g.Set(lim.mem, lim.pids); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readInt(g.memMax)
+		if err != nil || got != lim.mem {
+			t.Errorf("memory limit %d, want %d (%v)", got, lim.mem, err)
+		}
+		p, err := readInt(g.pidsMax)
+		if err != nil || p != int64(lim.pids) {
+			t.Errorf("pids limit %d, want %d (%v)", p, lim.pids, err)
+		}
+	}
+}
+
+// TestSweep: the groups of a worker that died are removed by the next
+// one; a live worker's are not.
+func TestSweep(t *testing.T) {
+	m := open(t)
+	parent := filepath.Dir(m.dirs[0])
+	dead := filepath.Join(parent, "airlock-999999999")
+	if err := os.MkdirAll(filepath.Join(dead, "slot-x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	live := filepath.Join(parent, "airlock-"+strconv.Itoa(os.Getppid()))
+	if err := os.Mkdir(live, 0o755); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+	defer os.Remove(live)
+	sweep([]string{parent})
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("%s was not swept", dead)
+		os.Remove(filepath.Join(dead, "slot-x"))
+		os.Remove(dead)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live worker's group was swept: %v", err)
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	if got := unescapeMount(`/sys/fs/cgroup\040x`); got != "/sys/fs/cgroup x" {
+		t.Errorf("got %q", got)
+	}
+}
+
+// BenchmarkStep is the cgroup work of one step: Set (unchanged limits:
+// no write), Mark, moving the step's process into the group (one write
+// per hierarchy), Usage. The process alternates between two groups so
+// that every write is a real migration.
+func BenchmarkStep(b *testing.B) {
+	m, err := Open(Options{Name: "airlock-bench-" + strconv.Itoa(os.Getpid())})
+	if err != nil {
+		b.Skipf("no usable cgroup here: %v", err)
+	}
+	defer m.Close()
+	var gs [2]*Group
+	for i := range gs {
+		if gs[i], err = m.NewGroup("b" + strconv.Itoa(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cmd := exec.Command("sleep", "3600")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := []byte(strconv.Itoa(cmd.Process.Pid))
+	i := 0
+	for b.Loop() {
+		g := gs[i%2]
+		i++
+		if err := g.Set(256<<20, 64); err != nil {
+			b.Fatal(err)
+		}
+		mark, err := g.Mark()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, f := range g.Procs() {
+			if _, err := f.Write(pid); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := g.Usage(mark); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
