@@ -158,6 +158,12 @@ func (w *Worker) run(ctx context.Context, spec *tasks.Spec, s *slot, rec *record
 			Limits: spec.Limits, Timeout: max(timeout, 0),
 		})
 		if err != nil {
+			if errors.Is(err, sandbox.ErrHelperDied) {
+				// Keep the step, and what it wrote, in the record.
+				sr := stepRecord(st, res, false, time.Duration(spec.Limits.CPUTime))
+				sr.Verdict, sr.Error = record.VerdictError, err.Error()
+				rec.Steps = append(rec.Steps, sr)
+			}
 			return fmt.Errorf("step %s: %w", st.Name, err)
 		}
 		_, full, _ := ws.Usage()

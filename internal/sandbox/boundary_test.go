@@ -303,3 +303,39 @@ func TestStepCannotCrashHelper(t *testing.T) {
 		t.Errorf("the helper was replaced: it died of the signals (%d sent)", sent)
 	}
 }
+
+// TestStepCannotTamperWithHelper: a step runs as its helper's uid, so it
+// may lower the helper's rlimits or renice its threads; later steps would
+// inherit that. The helper sees the change after the step and the slot
+// replaces it: the next step runs in a new helper, at the usual limits.
+func TestStepCannotTamperWithHelper(t *testing.T) {
+	needView(t)
+	cfg := testConfig(t)
+	cfg.Binds = []Bind{{Src: probeDir(t), Dst: "/opt/probe"}}
+	s, err := NewSlot(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	run := func(checks ...string) string {
+		t.Helper()
+		r, err := s.Run(context.Background(), step(append([]string{"/opt/probe/probe"}, checks...)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(r.Stdout.Data)
+	}
+	want := run("limits")
+	for _, attack := range []string{"tamper-rlimit", "tamper-nice"} {
+		helper := s.cmd.Process.Pid
+		if out := run(attack); out != attack+" ok\n" && !strings.HasPrefix(out, "tamper-nice ") {
+			t.Fatalf("%s: %q", attack, out)
+		}
+		if got := run("limits"); got != want {
+			t.Errorf("after %s, the next step has %q, want %q", attack, got, want)
+		}
+		if s.cmd != nil && s.cmd.Process.Pid == helper {
+			t.Errorf("after %s, the same helper (pid %d) runs the next step", attack, helper)
+		}
+	}
+}

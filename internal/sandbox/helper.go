@@ -59,6 +59,7 @@ type helper struct {
 	spawns chan spawnReq // served by the locked, confined spawner thread
 	wmu    sync.Mutex    // serialises writes on conn
 	ipc    *ipcSweeper   // nil without an IPC namespace of our own
+	base   *baseline     // what steps must not change of the helper (tamper.go)
 	cgroup []int         // cgroup.procs of the slot's group, one per hierarchy
 
 	mu      sync.Mutex
@@ -117,6 +118,10 @@ func helperMain() error {
 	h.cgroup = fds
 	st, err := h.setup()
 	if err != nil {
+		_ = writeMsg(h.conn, hello{Error: err.Error()}, nil)
+		return err
+	}
+	if h.base, err = takeBaseline(); err != nil {
 		_ = writeMsg(h.conn, hello{Error: err.Error()}, nil)
 		return err
 	}
@@ -263,11 +268,13 @@ func (h *helper) serve() error {
 		switch req.Op {
 		case "run":
 			if req.Run == nil || len(fds) != 3 || len(req.Run.Argv) == 0 {
-				for _, fd := range fds {
-					unix.Close(fd)
-				}
-				_ = h.send(runResponse{StartError: "bad run request"})
-				continue
+				// The worker always sends argv and three descriptors: a
+				// request without them means the helper cannot receive
+				// them any more (its descriptor limit was changed, say).
+				// Exit: the slot starts a new helper and the worker
+				// retries, instead of a final verdict for the step.
+				h.killAll()
+				return fmt.Errorf("bad run request: %d descriptors", len(fds))
 			}
 			runs <- spawnReq{req: req.Run, fds: fds}
 		case "cancel":
@@ -361,6 +368,9 @@ func (h *helper) run(req *runRequest, fds []int) runResponse {
 			resp.Leftover = err.Error()
 		}
 	}
+	if what := h.base.check(); what != "" {
+		resp.Leftover = joinWhat(resp.Leftover, what)
+	}
 	s.mu.Lock()
 	resp.TimedOut, resp.Canceled = s.timedOut, s.canceled
 	if s.killT != nil {
@@ -378,6 +388,13 @@ func (h *helper) run(req *runRequest, fds []int) runResponse {
 	resp.StimeUS = ru.Stime.Usec + ru.Stime.Sec*1e6
 	resp.MaxRSSKB = ru.Maxrss
 	return resp
+}
+
+func joinWhat(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 // killAll kills every process the steps left and reaps them; it returns how

@@ -54,8 +54,9 @@ type runResponse struct {
 	MaxRSSKB   int64  `json:"max_rss_kb"`
 	DurationNS int64  `json:"duration_ns"`
 	Killed     int    `json:"killed"` // processes left behind and killed at the end
-	// Leftover says what the IPC sweep after the step could not remove;
-	// the slot then replaces its helper.
+	// Leftover says what the IPC sweep after the step could not remove,
+	// or what the step changed of the helper (tamper.go); the slot then
+	// replaces its helper.
 	Leftover string `json:"leftover,omitempty"`
 }
 

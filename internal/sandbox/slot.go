@@ -256,7 +256,9 @@ func (s *Slot) Close() error {
 // Run runs one step and waits for it and everything it started to end.
 // Cancelling ctx stops the step (SIGTERM, SIGKILL after the grace) and
 // returns a Result with Canceled set. An error means the slot failed, not
-// the step; the slot restarts its helper on the next Run.
+// the step; the slot restarts its helper on the next Run. When the helper
+// died during the step (ErrHelperDied), the Result still holds what the
+// step wrote on stdout and stderr.
 func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -333,7 +335,9 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 	if err != nil {
 		s.stop() // its namespace dies with it: nothing of the step survives
 		wg.Wait()
-		return Result{}, err
+		// What the step wrote before its helper died is kept, for the
+		// record: a step that ends its helper does not erase its tracks.
+		return Result{StartError: err.Error(), Stdout: outC, Stderr: errC}, err
 	}
 	wg.Wait()
 	var usage cgroup.Usage

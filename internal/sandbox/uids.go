@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,7 +24,8 @@ type UIDLease struct {
 	file *os.File
 }
 
-// LeaseUID takes the first free uid in [first, first+count).
+// LeaseUID takes the first free uid in [first, first+count): one whose
+// lock no other process holds and that no process runs as.
 func LeaseUID(lockDir string, first, count int) (*UIDLease, error) {
 	if err := os.MkdirAll(lockDir, 0o700); err != nil {
 		return nil, fmt.Errorf("uid lock dir: %w", err)
@@ -39,11 +42,46 @@ func LeaseUID(lockDir string, first, count int) (*UIDLease, error) {
 			}
 			return nil, err
 		}
+		if uidInUse(uid) {
+			// Another worker with another lock directory, or anything
+			// else on the machine, runs as this uid: a slot must own its
+			// uid alone.
+			f.Close()
+			continue
+		}
 		_ = f.Truncate(0)
 		_, _ = f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
 		return &UIDLease{UID: uid, file: f}, nil
 	}
 	return nil, fmt.Errorf("%w [%d, %d): lock files in %s", ErrNoFreeUID, first, first+count, lockDir)
+}
+
+// uidInUse reports whether a process of the machine runs as uid (real,
+// effective, saved or filesystem).
+func uidInUse(uid int) bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	want := strconv.Itoa(uid)
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+				if slices.Contains(strings.Fields(rest), want) {
+					return true
+				}
+				break
+			}
+		}
+	}
+	return false
 }
 
 // Release frees the uid.

@@ -91,7 +91,10 @@ var viewDevices = []string{"null", "zero", "full", "random", "urandom"}
 // maskedProc (runc's and Docker's defaults) are hidden: a file under
 // /dev/null, a directory under an empty read-only tmpfs.
 var maskedProc = []string{"acpi", "asound", "interrupts", "kcore", "keys", "latency_stats",
-	"timer_list", "timer_stats", "sched_debug", "scsi"}
+	"timer_list", "timer_stats", "sched_debug", "scsi",
+	// beyond runc's: the host's uids that hold keys, the kernel's build
+	// configuration and symbol table
+	"key-users", "config.gz", "kallsyms"}
 
 // readonlyProc (runc's and Docker's defaults) are made read-only.
 var readonlyProc = []string{"bus", "fs", "irq", "sys", "sysrq-trigger"}

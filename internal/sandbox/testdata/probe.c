@@ -18,6 +18,7 @@
 #include <sys/mount.h>
 #include <sys/msg.h>
 #include <sys/personality.h>
+#include <sys/resource.h>
 #include <sys/sem.h>
 #include <sys/shm.h>
 #include <sys/socket.h>
@@ -165,6 +166,30 @@ int main(int argc, char **argv) {
 				closedir(d);
 			usleep(200000); /* let the helper die, if it does */
 			printf("signal-helper sent %d refused %d\n", sent, refused);
+		} else if (!strcmp(c, "tamper-rlimit")) {
+			/* lower the helper's stack and descriptor limits */
+			struct rlimit r = {65536, 65536};
+			long rc = prlimit(1, RLIMIT_STACK, &r, NULL);
+			if (rc == 0) {
+				struct rlimit n = {64, 64};
+				rc = prlimit(1, RLIMIT_NOFILE, &n, NULL);
+			}
+			report("tamper-rlimit", rc);
+		} else if (!strcmp(c, "tamper-nice")) {
+			/* renice every thread of the helper */
+			int ok = 0;
+			DIR *d = opendir("/proc/1/task");
+			struct dirent *e;
+			while (d && (e = readdir(d)))
+				if (atoi(e->d_name) > 0 && setpriority(PRIO_PROCESS, atoi(e->d_name), 19) == 0)
+					ok++;
+			if (d)
+				closedir(d);
+			printf("tamper-nice %d\n", ok);
+		} else if (!strcmp(c, "limits")) {
+			struct rlimit r;
+			getrlimit(RLIMIT_STACK, &r);
+			printf("stack %llu nice %d\n", (unsigned long long)r.rlim_cur, getpriority(PRIO_PROCESS, 0));
 		} else if (!strcmp(c, "int80")) {
 			/* getpid through the i386 ABI */
 			long rc;
