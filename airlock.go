@@ -37,6 +37,9 @@ type ClientOptions struct {
 	// the task, so that the worker can kill the steps at the spec's timeout
 	// and still store the record. Zero means DefaultGrace, negative none.
 	Grace time.Duration
+	// Prefix is the prefix of Airlock's keys in Redis (published limits,
+	// events, approvals): the workers' -prefix. "" means "airlock:".
+	Prefix string
 }
 
 func (o ClientOptions) withDefaults() ClientOptions {

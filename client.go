@@ -9,11 +9,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/queuepolicy"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/tasks"
-	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 )
 
 // defaultQueue is the queue of a spec that names none, as tasks.Prepare
@@ -23,21 +26,26 @@ const defaultQueue = "default"
 // Client enqueues specs and waits for their run records. It is safe for
 // concurrent use.
 type Client struct {
-	rdb   redis.UniversalClient
-	owned bool // Dial opened rdb: Close closes it
-	asynq *asynq.Client
-	insp  *asynq.Inspector
-	opts  ClientOptions
+	rdb    redis.UniversalClient
+	owned  bool // Dial opened rdb: Close closes it
+	asynq  *asynq.Client
+	insp   *asynq.Inspector
+	events *events.Stream
+	store  *approve.Store
+	opts   ClientOptions
 }
 
 // NewClient returns a Client that uses rdb, which the caller keeps and
 // closes after the Client.
 func NewClient(rdb redis.UniversalClient, opts ClientOptions) *Client {
+	opts = opts.withDefaults()
 	return &Client{
-		rdb:   rdb,
-		asynq: asynq.NewClientFromRedisClient(rdb),
-		insp:  asynq.NewInspectorFromRedisClient(rdb),
-		opts:  opts.withDefaults(),
+		rdb:    rdb,
+		asynq:  asynq.NewClientFromRedisClient(rdb),
+		insp:   asynq.NewInspectorFromRedisClient(rdb),
+		events: events.NewStream(rdb, opts.Prefix),
+		store:  approve.NewStore(rdb, approve.Options{Prefix: opts.Prefix}),
+		opts:   opts,
 	}
 }
 
@@ -158,7 +166,7 @@ func IdempotentTaskID(queue, key string) string {
 // loadPolicy returns the policy the queue's workers published, or the
 // default policy.
 func (c *Client) loadPolicy(ctx context.Context, queue string) (limits.Policy, error) {
-	p, ok, err := queuepolicy.Load(ctx, c.rdb, queue)
+	p, ok, err := queuepolicy.Load(ctx, c.rdb, c.opts.Prefix, queue)
 	if err != nil {
 		return limits.Policy{}, fmt.Errorf("airlock: %w", err)
 	}

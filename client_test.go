@@ -71,7 +71,7 @@ func TestEnqueueRejects(t *testing.T) {
 			t.Parallel()
 			q := redistest.Queue(t)
 			rdb := redistest.Client(t)
-			if err := queuepolicy.Publish(context.Background(), rdb, []string{q}, tightPolicy()); err != nil {
+			if err := queuepolicy.Publish(context.Background(), rdb, "", []string{q}, tightPolicy()); err != nil {
 				t.Fatal(err)
 			}
 			c := airlock.NewClient(rdb, airlock.ClientOptions{})
@@ -126,12 +126,12 @@ func TestEnqueueBadPublishedPolicy(t *testing.T) {
 	t.Parallel()
 	q := redistest.Queue(t)
 	rdb := redistest.Client(t)
-	if err := rdb.Set(context.Background(), queuepolicy.Key(q), "{", 0).Err(); err != nil {
+	if err := rdb.Set(context.Background(), queuepolicy.Key("", q), "{", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, err := airlock.NewClient(rdb, airlock.ClientOptions{}).Enqueue(context.Background(), newSpec(q))
-	if err == nil || tasks.IsInvalid(err) || !strings.Contains(err.Error(), queuepolicy.Key(q)) {
-		t.Errorf("Enqueue with a bad published policy: err = %v, want an error naming %s", err, queuepolicy.Key(q))
+	if err == nil || tasks.IsInvalid(err) || !strings.Contains(err.Error(), queuepolicy.Key("", q)) {
+		t.Errorf("Enqueue with a bad published policy: err = %v, want an error naming %s", err, queuepolicy.Key("", q))
 	}
 }
 
@@ -239,7 +239,7 @@ func TestEnqueueTaskOptions(t *testing.T) {
 
 // handler is a fake worker: it stores a record with state and verdict
 // (none when state is "") and returns ret.
-func handler(state, verdict string, ret error) asynq.HandlerFunc {
+func handler(state record.State, verdict record.Verdict, ret error) asynq.HandlerFunc {
 	return func(ctx context.Context, task *asynq.Task) error {
 		if state != "" {
 			n, _ := asynq.GetRetryCount(ctx)
@@ -255,7 +255,7 @@ func handler(state, verdict string, ret error) asynq.HandlerFunc {
 	}
 }
 
-func fakeRecord(task *asynq.Task, state, verdict string, attempt int) record.Run {
+func fakeRecord(task *asynq.Task, state record.State, verdict record.Verdict, attempt int) record.Run {
 	var s tasks.Spec
 	_ = json.Unmarshal(task.Payload(), &s)
 	return record.Run{

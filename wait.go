@@ -7,64 +7,83 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/record"
 	"github.com/hibiken/asynq"
 )
 
-// Polling intervals of Wait: the first poll comes soon after the call, and
-// the interval doubles up to the maximum.
-const (
-	waitFirstPoll = 2 * time.Millisecond
-	waitMaxPoll   = 50 * time.Millisecond
-)
+// pollEvery is how often Wait reads the task when no event tells it to:
+// a fallback for an event that was lost (a worker that died between its
+// record and its event), never the usual path.
+const pollEvery = time.Second
 
-// Wait polls the task until it reaches a final state, and returns its run
-// record:
+// Wait blocks until the task's run is done, and returns its run record:
 //
-//   - completed: the record the worker stored;
-//   - archived (failed for good: its retries are spent, or the worker gave
-//     up on it): the record the worker stored, or, when there is none (the
-//     worker died or never ran it), a record with state "failed", verdict
-//     "error" and asynq's last error.
+//   - the record the worker stored, once the worker says the run is done
+//     (its event: completed, failed, parked, accepted or promoted) or
+//     asynq says the task is completed or archived;
+//   - for a task archived without a record (the worker died, or never ran
+//     it), a record with state "failed", verdict "error" and asynq's last
+//     error.
 //
-// Pending, active, scheduled and retrying tasks are waited for until ctx is
-// done, which gives ctx's error. A task that is not in the queue gives an
-// error matching ErrNotFound. Each poll reads Redis once; a Redis error
-// ends the wait.
+// It blocks on the events stream (XREAD BLOCK), so it returns within about
+// a millisecond of the worker's event; it also reads the task once a
+// second, in case an event was lost. Pending, active, scheduled and
+// retrying tasks are waited for until ctx is done, which gives ctx's error.
+// A task that is not in the queue gives an error matching ErrNotFound; a
+// Redis error ends the wait.
 func (c *Client) Wait(ctx context.Context, queue, taskID string) (*record.Run, error) {
-	interval := waitFirstPoll
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	// The position comes first: an event after it is never missed.
+	from, err := c.events.Last(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: waiting for task %s in queue %q: %w", taskID, queue, err)
+	}
+	var rec *record.Run
 	var last asynq.TaskState
-	for {
-		select {
-		case <-ctx.Done():
-			if last == 0 {
-				return nil, fmt.Errorf("airlock: waiting for task %s in queue %q: %w", taskID, queue, ctx.Err())
-			}
-			return nil, fmt.Errorf("airlock: waiting for task %s in queue %q, still %s (is a worker serving the queue?): %w", taskID, queue, last, ctx.Err())
-		case <-timer.C:
-		}
+	look := func(eventSaysDone bool) (bool, error) {
 		info, err := c.insp.GetTaskInfo(queue, taskID)
 		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-			return nil, &NotFoundError{Queue: queue, TaskID: taskID, Err: err}
+			return false, &NotFoundError{Queue: queue, TaskID: taskID, Err: err}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("airlock: waiting for task %s in queue %q: %w", taskID, queue, err)
-		}
-		switch info.State {
-		case asynq.TaskStateCompleted:
-			return decodeRecord(info)
-		case asynq.TaskStateArchived:
-			if len(info.Result) > 0 {
-				return decodeRecord(info)
-			}
-			return archivedRecord(info), nil
+			return false, fmt.Errorf("airlock: waiting for task %s in queue %q: %w", taskID, queue, err)
 		}
 		last = info.State
-		timer.Reset(interval)
-		interval = min(2*interval, waitMaxPoll)
+		switch {
+		case info.State == asynq.TaskStateCompleted,
+			info.State == asynq.TaskStateArchived && len(info.Result) > 0,
+			// The worker's event comes once the record is stored, just
+			// before asynq marks the task completed.
+			eventSaysDone && len(info.Result) > 0:
+			rec, err = decodeRecord(info)
+			return true, err
+		case info.State == asynq.TaskStateArchived:
+			rec = archivedRecord(info)
+			return true, nil
+		}
+		return false, nil
 	}
+	if done, err := look(false); done || err != nil {
+		return rec, err
+	}
+	err = c.events.Follow(ctx, from, pollEvery,
+		func() (bool, error) { return look(false) },
+		func(e events.Event) (bool, error) {
+			if e.TaskID != taskID {
+				return false, nil
+			}
+			return look(true)
+		})
+	if err == nil {
+		return rec, nil
+	}
+	if ctx.Err() != nil {
+		if last == 0 {
+			return nil, fmt.Errorf("airlock: waiting for task %s in queue %q: %w", taskID, queue, ctx.Err())
+		}
+		return nil, fmt.Errorf("airlock: waiting for task %s in queue %q, still %s (is a worker serving the queue?): %w", taskID, queue, last, ctx.Err())
+	}
+	return nil, err
 }
 
 // decodeRecord decodes the run record a worker stored as the task's result.

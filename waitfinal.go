@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/record"
-	"github.com/redis/go-redis/v9"
 )
 
 // WaitFinal waits like Wait, then, for a run whose output is parked or
@@ -19,7 +17,7 @@ import (
 // re-reads the approval at least once a second, so a missed event only
 // delays it.
 func (c *Client) WaitFinal(ctx context.Context, queue, taskID string) (*record.Run, error) {
-	from, err := events.Last(ctx, c.rdb)
+	from, err := c.events.Last(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("airlock: events: %w", err)
 	}
@@ -27,29 +25,29 @@ func (c *Client) WaitFinal(ctx context.Context, queue, taskID string) (*record.R
 	if err != nil || record.Final(rec.State) || rec.ApprovalID == "" {
 		return rec, err
 	}
-	store := approve.NewStore(c.rdb, approve.Options{})
-	for {
-		a, err := store.Get(ctx, rec.ApprovalID)
-		if err != nil && !errors.Is(err, approve.ErrNotFound) {
-			return nil, fmt.Errorf("airlock: approval %s: %w", rec.ApprovalID, err)
+	look := func() (bool, error) {
+		a, err := c.store.Get(ctx, rec.ApprovalID)
+		if errors.Is(err, approve.ErrNotFound) {
+			return false, nil
 		}
-		if err == nil && applyApproval(rec, a) {
-			return rec, nil
+		if err != nil {
+			return false, fmt.Errorf("airlock: approval %s: %w", rec.ApprovalID, err)
 		}
-		// Block until an event comes (or a second passes), then look again.
-		res, err := c.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{events.Key, from}, Count: 100, Block: time.Second}).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("airlock: waiting for approval %s (state %s): %w", rec.ApprovalID, rec.State, ctx.Err())
-			}
-			return nil, fmt.Errorf("airlock: events: %w", err)
-		}
-		for _, st := range res {
-			if n := len(st.Messages); n > 0 {
-				from = st.Messages[n-1].ID
-			}
-		}
+		return applyApproval(rec, a), nil
 	}
+	if done, err := look(); done || err != nil {
+		return rec, err
+	}
+	err = c.events.Follow(ctx, from, pollEvery, look, func(e events.Event) (bool, error) {
+		if e.TaskID != taskID && e.ApprovalID != rec.ApprovalID {
+			return false, nil
+		}
+		return look()
+	})
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("airlock: waiting for approval %s (state %s): %w", rec.ApprovalID, rec.State, ctx.Err())
+	}
+	return rec, err
 }
 
 // applyApproval copies an approval's fate into rec and reports whether it
@@ -59,15 +57,9 @@ func applyApproval(rec *record.Run, a *approve.Approval) bool {
 		at := a.DecidedAt
 		rec.DecidedBy, rec.DecidedAt = a.DecidedBy, &at
 	}
-	switch {
-	case a.State == approve.StatePending:
-		rec.State = record.StateParked
-	case a.State == approve.StateAccepted && a.PromotedAt.IsZero():
-		rec.State = record.StateAccepted
-	case a.State == approve.StateAccepted:
+	rec.State = a.State.Run()
+	if a.State == approve.StateAccepted && !a.PromotedAt.IsZero() {
 		rec.State = record.StatePromoted
-	default:
-		rec.State = a.State // rejected | expired
 	}
 	return record.Final(rec.State)
 }

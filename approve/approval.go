@@ -10,48 +10,68 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/airlock-run/airlock/limits"
+	"github.com/airlock-run/airlock/record"
 )
+
+// State is the state of an approval.
+type State string
 
 // States of an approval.
 const (
-	StatePending  = "pending"
-	StateAccepted = "accepted"
-	StateRejected = "rejected"
-	StateExpired  = "expired"
+	StatePending  State = "pending"
+	StateAccepted State = "accepted"
+	StateRejected State = "rejected"
+	StateExpired  State = "expired"
 )
 
-// Artifact is one file a run produced, staged with its approval.
-type Artifact struct {
-	Name        string `json:"name"` // path relative to the workspace, e.g. "out/report.csv"
-	Bytes       int64  `json:"bytes"`
-	SHA256      string `json:"sha256"` // hex
-	ContentType string `json:"content_type"`
+// Run returns the state of the run whose approval is in state s: the one
+// place where an approval's state is mapped onto a run's (pending is
+// parked; accepted, rejected and expired are the same words). EventPromoted
+// maps to promoted; anything else to "".
+func (s State) Run() record.State {
+	switch s {
+	case StatePending:
+		return record.StateParked
+	case StateAccepted:
+		return record.StateAccepted
+	case StateRejected:
+		return record.StateRejected
+	case StateExpired:
+		return record.StateExpired
+	case EventPromoted:
+		return record.StatePromoted
+	}
+	return ""
 }
 
 // StepSummary is what an approver sees of a step.
 type StepSummary struct {
-	Name     string   `json:"name"`
-	Argv     []string `json:"argv"`
-	Verdict  string   `json:"verdict"`
-	ExitCode *int     `json:"exit_code"`
-	Signal   string   `json:"signal,omitempty"`
-	CPUMS    float64  `json:"cpu_ms"`
-	MaxRSSKB int64    `json:"max_rss_kb"`
+	Name     string         `json:"name"`
+	Argv     []string       `json:"argv"`
+	Verdict  record.Verdict `json:"verdict"`
+	ExitCode *int           `json:"exit_code"`
+	Signal   string         `json:"signal,omitempty"`
+	CPUMS    float64        `json:"cpu_ms"`
+	MaxRSSKB int64          `json:"max_rss_kb"`
 }
 
 // RunSummary is the part of the run record kept with an approval and
 // copied into the manifest at promotion.
 type RunSummary struct {
-	Queue      string        `json:"queue"`
-	Attempt    int           `json:"attempt"`
-	StartedAt  time.Time     `json:"started_at"`
-	DurationMS float64       `json:"duration_ms"`
-	Worker     string        `json:"worker"`
-	Network    bool          `json:"network"`
-	Limits     any           `json:"limits"`
-	Isolation  any           `json:"isolation"`
-	Steps      []StepSummary `json:"steps"`
-	Workspace  any           `json:"workspace"`
+	Queue     string    `json:"queue"`
+	Attempt   int       `json:"attempt"`
+	StartedAt time.Time `json:"started_at"`
+	// StepsMS is the time its steps took, together (the run record's
+	// duration_ms, the whole run's, includes the checks and publication).
+	StepsMS   float64          `json:"steps_ms"`
+	Worker    string           `json:"worker"`
+	Network   bool             `json:"network"`
+	Limits    limits.Set       `json:"limits"`
+	Isolation record.Isolation `json:"isolation"`
+	Steps     []StepSummary    `json:"steps"`
+	Workspace record.Workspace `json:"workspace"`
 }
 
 // Approval is one parked (or auto-accepted) run output.
@@ -59,15 +79,15 @@ type Approval struct {
 	ID        string    `json:"id"`
 	TaskID    string    `json:"task_id"`
 	RunID     string    `json:"run_id"`
-	State     string    `json:"state"`
+	State     State     `json:"state"`
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Reasons   []string  `json:"reasons"`
 	Result    []byte    `json:"result,omitempty"` // the run's JSON result, as produced
 	// ResultSHA256 is the hex sha256 of Result, checked again at promotion.
-	ResultSHA256 string     `json:"result_sha256,omitempty"`
-	Artifacts    []Artifact `json:"artifacts"`
-	Run          RunSummary `json:"run"`
+	ResultSHA256 string            `json:"result_sha256,omitempty"`
+	Artifacts    []record.Artifact `json:"artifacts"`
+	Run          RunSummary        `json:"run"`
 	// Decision, once made.
 	DecidedBy string    `json:"decided_by,omitempty"` // a login, or "policy:<name>" for auto-promotion
 	DecidedAt time.Time `json:"decided_at,omitzero"`
@@ -81,13 +101,16 @@ var (
 	ErrNotFound       = errors.New("approval not found")
 	ErrAlreadyDecided = errors.New("approval already decided")
 	ErrTooLarge       = errors.New("staged artifacts above the cap")
+	// ErrIDTaken: Park of an id that holds another task's approval.
+	ErrIDTaken = errors.New("approval id taken by another task")
 )
 
 // DecidedError says who decided an approval first, what and when. It
 // matches ErrAlreadyDecided.
 type DecidedError struct {
-	ID, State, By string
-	At            time.Time
+	ID, By string
+	State  State
+	At     time.Time
 }
 
 func (e *DecidedError) Error() string {

@@ -43,7 +43,7 @@ func encode(a *Approval) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run summary: %w", err)
 	}
-	p := []any{fID, a.ID, fTaskID, a.TaskID, fRunID, a.RunID, fState, a.State,
+	p := []any{fID, a.ID, fTaskID, a.TaskID, fRunID, a.RunID, fState, string(a.State),
 		fReasons, string(reasons), fArtifacts, string(arts), fRun, string(run), fQueue, a.Run.Queue}
 	if len(a.Result) > 0 {
 		p = append(p, fResult, string(a.Result))
@@ -79,7 +79,7 @@ func setField(a *Approval, name, v string) error {
 	case fRunID:
 		a.RunID = v
 	case fState:
-		a.State = v
+		a.State = State(v)
 	case fCreatedAt:
 		a.CreatedAt, err = parseMicros(v)
 	case fExpiresAt:

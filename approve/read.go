@@ -32,7 +32,8 @@ func (s *Store) ListAccepted(ctx context.Context) ([]string, error) {
 	var stale []any
 	for i, c := range cmds {
 		v := c.Val()
-		state, _ := v[0].(string)
+		raw, _ := v[0].(string)
+		state := State(raw)
 		promoted, _ := v[1].(string)
 		switch {
 		case state == StateAccepted && promoted == "":
@@ -57,7 +58,7 @@ func (s *Store) ListAccepted(ctx context.Context) ([]string, error) {
 // hold the summary fields only: no Result, Artifacts or Run (but
 // Run.Queue). List is not a snapshot: approvals decided meanwhile may be
 // missed.
-func (s *Store) List(ctx context.Context, state string, limit int) ([]*Approval, error) {
+func (s *Store) List(ctx context.Context, state State, limit int) ([]*Approval, error) {
 	if state == "" {
 		state = StatePending
 	}
@@ -67,7 +68,7 @@ func (s *Store) List(ctx context.Context, state string, limit int) ([]*Approval,
 		return nil, fmt.Errorf("approve: list: unknown state %q (want %s, %s, %s, %s or %s)",
 			state, StatePending, StateAccepted, StateRejected, StateExpired, StateAll)
 	}
-	key := s.index(state)
+	key := s.index(string(state))
 	now := s.now()
 	out := []*Approval{}
 	seen := map[string]bool{}
@@ -218,7 +219,7 @@ func (s *Store) History(ctx context.Context, id string) ([]Event, error) {
 func eventOf(v map[string]any) (Event, error) {
 	str := func(k string) string { s, _ := v[k].(string); return s }
 	at, err := parseMicros(str("at"))
-	return Event{At: at, From: str("from"), To: str("to"), By: str("by"), Comment: str("comment")}, err
+	return Event{At: at, From: State(str("from")), To: State(str("to")), By: str("by"), Comment: str("comment")}, err
 }
 
 // Watch calls fn with each new pending approval as it is parked, in order,
@@ -259,7 +260,7 @@ func (s *Store) Watch(ctx context.Context, since string, fn func(*Approval) erro
 			for _, m := range st.Messages {
 				last = m.ID
 				id, _ := m.Values["id"].(string)
-				if m.Values["to"] != StatePending || m.Values["from"] != "" {
+				if m.Values["to"] != string(StatePending) || m.Values["from"] != "" {
 					continue
 				}
 				a, err := s.Get(ctx, id)

@@ -7,9 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-run/airlock/events"
-
 	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/record"
 )
 
 // luaView returns the approval's fields as a flat list: all of them when
@@ -132,7 +133,7 @@ func (s *Store) indexOps(ctx context.Context, p redis.Pipeliner, a *Approval) {
 	p.ZRem(ctx, s.index(idxExpiry), id)
 	switch a.State {
 	case StateAccepted, StateRejected, StateExpired:
-		p.ZAdd(ctx, s.index(a.State), z(a.DecidedAt))
+		p.ZAdd(ctx, s.index(string(a.State)), z(a.DecidedAt))
 	}
 	if a.State == StateAccepted && a.PromotedAt.IsZero() {
 		p.ZAdd(ctx, s.index(idxUnpromoted), z(a.DecidedAt))
@@ -145,24 +146,24 @@ func (s *Store) indexOps(ctx context.Context, p redis.Pipeliner, a *Approval) {
 func (s *Store) auditOp(ctx context.Context, p redis.Pipeliner, id string, e Event) {
 	p.XAdd(ctx, &redis.XAddArgs{
 		Stream: s.auditKey(), MaxLen: auditMaxLen, Approx: true,
-		Values: []any{"id", id, "from", e.From, "to", e.To, "by", e.By, "comment", e.Comment, "at", micros(e.At)},
+		Values: []any{"id", id, "from", string(e.From), "to", string(e.To), "by", e.By, "comment", e.Comment, "at", micros(e.At)},
 	})
 }
 
 // runEventOp queues the run's state change, for transitions that change
-// the run's state, on the events stream (see package events; its key is
-// the store's prefix + "events", "airlock:events" by default).
+// the run's state, on the events stream of the store's prefix, in the
+// same round trip as the audit entry.
 func (s *Store) runEventOp(ctx context.Context, p redis.Pipeliner, a *Approval, e Event) {
+	if s.quiet {
+		return
+	}
 	switch e.To {
 	case StateAccepted, StateRejected, StateExpired, EventPromoted:
 	default:
 		return // pending: the worker's own "parked" event says it
 	}
-	p.XAdd(ctx, &redis.XAddArgs{
-		Stream: s.prefix + "events", MaxLen: events.MaxLen, Approx: true,
-		Values: []any{"run_id", a.RunID, "task_id", a.TaskID, "state", e.To, "verdict", "ok",
-			"approval_id", a.ID, "time", e.At.UTC().Format(time.RFC3339Nano)},
-	})
+	s.events.AppendOp(ctx, p, events.Event{RunID: a.RunID, TaskID: a.TaskID, State: e.To.Run(),
+		Verdict: record.VerdictOK, ApprovalID: a.ID, Time: e.At})
 }
 
 // after updates the indexes to match a (when not nil) and appends e (when

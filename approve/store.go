@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/events"
 )
 
 // Defaults of Options.
 const (
-	DefaultPrefix         = "airlock:"
+	DefaultPrefix         = events.DefaultPrefix
 	DefaultTTL            = 72 * time.Hour
 	DefaultMaxStagedBytes = 32 << 20
 	DefaultRetention      = 30 * 24 * time.Hour
@@ -21,10 +23,10 @@ const (
 // EventPromoted is the To of the audit event MarkPromoted appends: an
 // accepted approval whose output has been published. It is not a state (the
 // state stays accepted; PromotedAt is set).
-const EventPromoted = "promoted"
+const EventPromoted State = "promoted"
 
 // StateAll lists every approval in List, whatever its state.
-const StateAll = "all"
+const StateAll State = "all"
 
 // auditMaxLen bounds the global audit stream (approximately: MAXLEN ~).
 const auditMaxLen = 100000
@@ -51,8 +53,8 @@ type Options struct {
 // Event is one entry of an approval's audit trail.
 type Event struct {
 	At      time.Time `json:"at"`
-	From    string    `json:"from"` // "" when the approval was parked
-	To      string    `json:"to"`   // a state, or EventPromoted
+	From    State     `json:"from"` // "" when the approval was parked
+	To      State     `json:"to"`   // a state, or EventPromoted
 	By      string    `json:"by,omitempty"`
 	Comment string    `json:"comment,omitempty"`
 }
@@ -82,11 +84,22 @@ type Event struct {
 type Store struct {
 	rdb        redis.UniversalClient
 	prefix     string
+	events     *events.Stream
+	quiet      bool // no run event for transitions (Quiet)
 	ttl        time.Duration
 	maxStaged  int64
 	retention  time.Duration
 	now        func() time.Time
 	watchBlock time.Duration
+}
+
+// Quiet returns the same store, whose transitions append no run event to
+// the events stream (their audit entries stay): for a worker that reports
+// the run's state itself once its record is stored.
+func (s *Store) Quiet() *Store {
+	q := *s
+	q.quiet = true
+	return &q
 }
 
 // NewStore returns a Store over rdb. It panics when opts.Prefix holds a
@@ -102,6 +115,7 @@ func NewStore(rdb redis.UniversalClient, opts Options) *Store {
 	if strings.ContainsAny(s.prefix, "{}") {
 		panic(fmt.Sprintf("approve: prefix %q holds a brace", s.prefix))
 	}
+	s.events = events.NewStream(rdb, s.prefix)
 	if s.ttl <= 0 {
 		s.ttl = DefaultTTL
 	}

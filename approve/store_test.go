@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/approve/approvetest"
-	"github.com/airlock-run/airlock/internal/redistest"
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/approve/approvetest"
+	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/record"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()...) }
@@ -55,11 +57,11 @@ func sample(id, queue string) (*approve.Approval, map[string][]byte) {
 		ID: id, TaskID: "task-" + id, RunID: "run-" + id, State: approve.StatePending,
 		Reasons: []string{"artifacts matched out/*.csv"},
 		Result:  []byte(`{"total":42}`),
-		Artifacts: []approve.Artifact{
+		Artifacts: []record.Artifact{
 			{Name: "out/report.csv", Bytes: int64(len(data)), SHA256: digest(data), ContentType: "text/csv"},
 		},
 		Run: approve.RunSummary{
-			Queue: queue, Attempt: 1, DurationMS: 12.5, Worker: "host/1",
+			Queue: queue, Attempt: 1, StepsMS: 12.5, Worker: "host/1",
 			Steps: []approve.StepSummary{{Name: "sum", Argv: []string{"sh", "sum.sh"}, Verdict: "ok", ExitCode: &exit}},
 		},
 	}, map[string][]byte{"out/report.csv": data}
@@ -145,6 +147,12 @@ func TestParkIdempotent(t *testing.T) {
 	if err != nil || len(l) != 1 {
 		t.Errorf("List = %d approvals, %v; want 1", len(l), err)
 	}
+	// The same id for another task is not the same approval.
+	c, _ := sample("ap-000000000001", q)
+	c.TaskID = "another-task"
+	if _, _, err := s.Park(ctx, c, nil); !errors.Is(err, approve.ErrIDTaken) || !strings.Contains(err.Error(), first.TaskID) {
+		t.Errorf("Park of a taken id: %v, want ErrIDTaken naming task %s", err, first.TaskID)
+	}
 }
 
 func TestParkTooLarge(t *testing.T) {
@@ -154,7 +162,7 @@ func TestParkTooLarge(t *testing.T) {
 	rdb := redistest.Client(t)
 	s := approve.NewStore(rdb, approve.Options{Prefix: prefix, MaxStagedBytes: 10})
 	a, _ := sample("ap-000000000001", q)
-	a.Artifacts = []approve.Artifact{{Name: "a"}, {Name: "b"}}
+	a.Artifacts = []record.Artifact{{Name: "a"}, {Name: "b"}}
 	_, created, err := s.Park(ctx, a, map[string][]byte{"a": []byte("123456"), "b": []byte("12345")})
 	if !errors.Is(err, approve.ErrTooLarge) || created {
 		t.Fatalf("Park of 11 bytes with a cap of 10: created %v, %v; want ErrTooLarge", created, err)
@@ -402,7 +410,7 @@ func TestExpireDue(t *testing.T) {
 	if n, err := s.ExpireDue(ctx); n != 0 || err != nil {
 		t.Errorf("ExpireDue again = %d, %v; want 0", n, err)
 	}
-	for i, want := range []string{approve.StateExpired, approve.StateExpired, approve.StatePending} {
+	for i, want := range []approve.State{approve.StateExpired, approve.StateExpired, approve.StatePending} {
 		id := fmt.Sprintf("ap-%012d", i)
 		a, err := s.Get(ctx, id)
 		if err != nil || a.State != want {
@@ -557,7 +565,7 @@ func TestList(t *testing.T) {
 	// A stale index entry: accepted, still in the pending index.
 	rdb.ZAdd(ctx, s.Prefix()+"approvals:pending", redis.Z{Score: 1e18, Member: ids[1]})
 
-	listIDs := func(state string, limit int) []string {
+	listIDs := func(state approve.State, limit int) []string {
 		t.Helper()
 		l, err := s.List(ctx, state, limit)
 		if err != nil {
@@ -573,7 +581,7 @@ func TestList(t *testing.T) {
 		return out
 	}
 	for _, tc := range []struct {
-		state string
+		state approve.State
 		limit int
 		want  []string
 	}{

@@ -18,7 +18,8 @@ import (
 // policy, DecidedBy set), with the staged bytes of its artifacts (data, by
 // Artifact.Name). a.ID must be set: when that id exists already, Park
 // returns the stored approval and created false, changing nothing (and
-// repairing its index entries). Pending approvals get CreatedAt now and
+// repairing its index entries), when it is the same task's; an id that
+// holds another task's approval is ErrIDTaken. Pending approvals get CreatedAt now and
 // ExpiresAt now+TTL when zero; accepted ones DecidedAt now when zero. An
 // artifact's SHA256 and Bytes are filled in from its data when SHA256 is
 // empty, and checked against it otherwise. Park returns ErrTooLarge, having
@@ -40,6 +41,9 @@ func (s *Store) Park(ctx context.Context, a *Approval, data map[string][]byte) (
 		old, err := s.Get(ctx, p.a.ID)
 		if err != nil {
 			return nil, false, err
+		}
+		if old.TaskID != p.a.TaskID {
+			return nil, false, fmt.Errorf("approve: park %s for task %s: %w (it holds task %s)", p.a.ID, p.a.TaskID, ErrIDTaken, old.TaskID)
 		}
 		return old, false, s.after(ctx, old, nil)
 	}
@@ -105,7 +109,7 @@ func (s *Store) prepare(a *Approval, data map[string][]byte) (*parking, error) {
 		return nil, err
 	}
 	args := make([]any, 0, 5+len(rec)+len(dataArgs))
-	args = append(args, c.State, c.DecidedBy, c.Comment, micros(at), len(rec))
+	args = append(args, string(c.State), c.DecidedBy, c.Comment, micros(at), len(rec))
 	args = append(append(args, rec...), dataArgs...)
 	return &parking{a: stored, args: args,
 		event: Event{At: normTime(at), To: c.State, By: c.DecidedBy, Comment: c.Comment}}, nil
@@ -210,12 +214,12 @@ func (s *Store) Reject(ctx context.Context, id, by, comment string) (*Approval, 
 	return s.decide(ctx, id, StateRejected, by, comment)
 }
 
-func (s *Store) decide(ctx context.Context, id, to, by, comment string) (*Approval, error) {
+func (s *Store) decide(ctx context.Context, id string, to State, by, comment string) (*Approval, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
 	if strings.TrimSpace(by) == "" {
-		return nil, fmt.Errorf("approve: %s %s: who decides (by) is required", strings.TrimSuffix(to, "ed"), id)
+		return nil, fmt.Errorf("approve: %s %s: who decides (by) is required", strings.TrimSuffix(string(to), "ed"), id)
 	}
 	now := s.now()
 	if to == StateAccepted {
@@ -228,7 +232,7 @@ func (s *Store) decide(ctx context.Context, id, to, by, comment string) (*Approv
 			return nil, fmt.Errorf("approve: accept %s: %w", id, err)
 		}
 	}
-	v, err := decideScript.Run(ctx, s.rdb, s.Keys(id), to, by, comment, micros(now), s.retentionMS(), "1").Result()
+	v, err := decideScript.Run(ctx, s.rdb, s.Keys(id), string(to), by, comment, micros(now), s.retentionMS(), "1").Result()
 	if err != nil {
 		return nil, fmt.Errorf("approve: %s %s: %w", to, id, err)
 	}

@@ -1,22 +1,5 @@
-// Package bench is Airlock's benchmark harness: it measures, against one
-// Redis, what confinement costs compared with a bare asynq server that runs
-// the same argv unconfined.
-//
-// Both servers run as separate processes — this binary re-executed with a
-// hidden subcommand (ChildArgWorker, ChildArgBaseline) — so that their
-// resident memory can be read from /proc and neither shares a heap or a
-// scheduler with the producer. A binary that uses this package must call
-// sandbox.MaybeHelper and then MaybeChild at the top of main (a test binary:
-// in TestMain), because slot helpers and servers are that binary re-executed.
-//
-// Figures, each the median of interleaved rounds with min and max:
-//
-//   - throughput (tasks/s) of the baseline and of Airlock's worker for three
-//     workloads at two concurrencies, and their ratio;
-//   - idle latency, enqueue to Wait's return, p50/p90/p99;
-//   - a per-task overhead breakdown measured directly with the packages;
-//   - the worker's RSS before and after many trivial tasks;
-//   - the time to list 10,000 pending approvals.
+//go:build linux
+
 package bench
 
 import (
@@ -34,10 +17,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-run/airlock"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-run/airlock"
 )
 
 // FullN is the scale of a full run (-n's default).
@@ -53,7 +37,7 @@ const (
 )
 
 // AllSections is every section, the default of Options.Sections.
-var AllSections = []string{SecThroughput, SecLatency, SecOverhead, SecRSS, SecApprovals}
+var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals}
 
 // Options configure a run. Zero fields take the defaults.
 type Options struct {
@@ -66,6 +50,9 @@ type Options struct {
 	Rounds int // interleaved rounds; default 3
 	// Concurrency of the throughput runs; default {2, 2×cores+1}.
 	Concurrency []int
+	// CheckIntervals are the task check intervals the idle section
+	// compares; default DefaultCheckIntervals.
+	CheckIntervals []time.Duration
 	// Sections to run; default AllSections.
 	Sections []string
 	// Workloads of the throughput runs: "trivial", "script", "cpu";
@@ -158,6 +145,7 @@ type Report struct {
 	CPULoop    *CPULoop        `json:"cpu_loop,omitempty"`
 	Throughput []ThroughputRow `json:"throughput,omitempty"`
 	Latency    []LatencyRow    `json:"latency,omitempty"`
+	Idle       []IdleRow       `json:"idle,omitempty"`
 	Overhead   []OverheadRow   `json:"overhead,omitempty"`
 	RSS        []RSSRow        `json:"rss,omitempty"`
 	Approvals  *ApprovalsRow   `json:"approvals,omitempty"`
@@ -302,15 +290,18 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	for _, s := range opt.Sections {
 		if !slices.Contains(AllSections, s) {
-			return nil, fmt.Errorf("bench: unknown section %q (want %s)", s, strings.Join(AllSections, ","))
+			return nil, fmt.Errorf("unknown section %q (want %s)", s, strings.Join(AllSections, ","))
 		}
 	}
 	if len(opt.Workloads) == 0 {
 		opt.Workloads = AllWorkloads
 	}
+	if len(opt.CheckIntervals) == 0 {
+		opt.CheckIntervals = DefaultCheckIntervals
+	}
 	for _, w := range opt.Workloads {
 		if !slices.Contains(AllWorkloads, w) {
-			return nil, fmt.Errorf("bench: unknown workload %q (want %s)", w, strings.Join(AllWorkloads, ","))
+			return nil, fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(AllWorkloads, ","))
 		}
 	}
 	if opt.Progress == nil {
@@ -323,19 +314,19 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if opt.Exe == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, fmt.Errorf("bench: own executable: %w", err)
+			return nil, fmt.Errorf("own executable: %w", err)
 		}
 		opt.Exe = exe
 	}
 	ropt, err := redis.ParseURL(opt.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("bench: -redis: %w", err)
+		return nil, fmt.Errorf("-redis: %w", err)
 	}
 	ropt.PoolSize = 32
 	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("bench: Redis at %s: %w", opt.RedisURL, err)
+		return nil, fmt.Errorf("Redis at %s: %w", opt.RedisURL, err)
 	}
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
@@ -474,6 +465,13 @@ func (h *harness) run(ctx context.Context) error {
 		}
 	}
 	h.rep.Overhead = ovh.rows()
+	if h.want(SecIdle) {
+		rows, err := h.idle(ctx)
+		if err != nil {
+			return fmt.Errorf("idle: %w", err)
+		}
+		h.rep.Idle = rows
+	}
 	if appr != nil {
 		h.rep.Approvals = appr.row(approvalRounds, cliRounds)
 	}

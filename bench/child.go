@@ -1,3 +1,5 @@
+//go:build linux
+
 package bench
 
 import (
@@ -18,11 +20,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/airlock-run/airlock/tasks"
-	"github.com/airlock-run/airlock/worker"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/tasks"
+	"github.com/airlock-run/airlock/worker"
 )
 
 // Hidden subcommands: this binary re-executed as a server.
@@ -77,6 +82,7 @@ func MaybeChild() {
 type childFlags struct {
 	redisURL, queue, root string
 	concurrency           int
+	checkInterval         time.Duration
 	fs                    *flag.FlagSet
 }
 
@@ -86,6 +92,7 @@ func newChildFlags(name string) *childFlags {
 	c.fs.StringVar(&c.queue, "queue", "", "queue to serve")
 	c.fs.StringVar(&c.root, "root", "", "directory of the workspaces")
 	c.fs.IntVar(&c.concurrency, "concurrency", 2, "tasks at once")
+	c.fs.DurationVar(&c.checkInterval, "check-interval", TaskCheckInterval, "asynq's idle poll interval")
 	return c
 }
 
@@ -124,7 +131,7 @@ func workerChild(args []string) error {
 	cfg := worker.Config{
 		Redis: rdb, Concurrency: c.concurrency, Queues: map[string]int{c.queue: 1},
 		WorkspaceRoot: c.root, Isolation: isolation, UIDFirst: uidFirst, UIDCount: uidCount,
-		UIDLockDir: uidLock, TaskCheckInterval: TaskCheckInterval,
+		UIDLockDir: uidLock, TaskCheckInterval: c.checkInterval,
 		Logger: zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger(),
 	}
 	if store != "" {
@@ -177,13 +184,13 @@ func baselineChild(args []string) error {
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              c.concurrency,
 		Queues:                   map[string]int{c.queue: 1},
-		TaskCheckInterval:        TaskCheckInterval,
+		TaskCheckInterval:        c.checkInterval,
 		DelayedTaskCheckInterval: time.Second,
 		ShutdownTimeout:          3 * time.Second,
 		LogLevel:                 asynq.WarnLevel,
 	})
 	mux := asynq.NewServeMux()
-	mux.HandleFunc(tasks.TypeRun, baselineHandler(c.root))
+	mux.HandleFunc(tasks.TypeRun, baselineHandler(c.root, events.NewStream(rdb, "")))
 	if err := srv.Start(mux); err != nil {
 		return err
 	}
@@ -210,7 +217,11 @@ type baselineRecord struct {
 	Attempt    int       `json:"attempt"`
 }
 
-func baselineHandler(root string) asynq.HandlerFunc {
+// The baseline appends the same event as the worker once its record is
+// written, so that one client's Wait, which blocks on the events stream,
+// serves both: the comparison is of the servers, not of how a client
+// learns that a task is done.
+func baselineHandler(root string, ev *events.Stream) asynq.HandlerFunc {
 	return func(ctx context.Context, t *asynq.Task) error {
 		rec := baselineRecord{StartedAt: time.Now().UTC(), State: "completed", Verdict: "ok", Attempt: 1}
 		rec.TaskID, _ = asynq.GetTaskID(ctx)
@@ -225,6 +236,7 @@ func baselineHandler(root string) asynq.HandlerFunc {
 		if _, werr := t.ResultWriter().Write(b); werr != nil {
 			return werr
 		}
+		_ = ev.Append(ctx, events.Event{TaskID: rec.TaskID, RunID: rec.RunID, State: record.State(rec.State), Verdict: record.Verdict(rec.Verdict)})
 		if err != nil {
 			return fmt.Errorf("%v: %w", err, asynq.SkipRetry)
 		}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package bench
 
 import (
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/contract"
+	"github.com/airlock-run/airlock/internal/collect"
 	"github.com/airlock-run/airlock/internal/sandbox"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/tmpfs"
@@ -181,7 +184,7 @@ func BenchmarkReadResult(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if _, err := contract.ReadResult(ws, "out/result.json", 0); err != nil {
+		if _, err := collect.ReadResult(ws, "out/result.json", 0); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package bench
 
 import (
@@ -27,13 +29,29 @@ type latencyRound struct {
 // record's finished_at). A random pause of 15-25 ms between tasks lets the
 // server fall back to idle polling, at a random phase of its poll.
 func (h *harness) latency(ctx context.Context, sys string, round int) (latencyRound, error) {
-	var lr latencyRound
 	q := h.queue("lat-" + sys)
 	srv, root, err := h.startServer(ctx, sys, latencyConcurrency, q)
 	if err != nil {
-		return lr, err
+		return latencyRound{}, err
 	}
 	defer h.forget(srv, root)
+	lr, err := h.timeTasks(ctx, srv, sys, q, h.sz.Latency)
+	if err != nil {
+		return lr, err
+	}
+	if err := srv.stop(); err != nil {
+		return lr, err
+	}
+	h.logf("  latency    %-8s: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms (done p50 %.1f ms; %d tasks)", sys,
+		percentile(lr.wait, 50), percentile(lr.wait, 90), percentile(lr.wait, 99), percentile(lr.done, 50), len(lr.wait))
+	return lr, nil
+}
+
+// timeTasks runs n single trivial tasks on q, served by srv, one at a
+// time after a warm-up, with a random pause of 15-25 ms before each so that
+// the server is back to idle polling, at a random phase of its poll.
+func (h *harness) timeTasks(ctx context.Context, srv *child, sys, q string, n int) (latencyRound, error) {
+	var lr latencyRound
 	one := func(i int) (wait, done float64, err error) {
 		spec := trivialSpec(q, fmt.Sprintf("%s-%d", q, i))
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -61,7 +79,7 @@ func (h *harness) latency(ctx context.Context, sys string, round int) (latencyRo
 			return lr, fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	for i := range h.sz.Latency {
+	for i := range n {
 		select {
 		case <-ctx.Done():
 			return lr, ctx.Err()
@@ -74,13 +92,8 @@ func (h *harness) latency(ctx context.Context, sys string, round int) (latencyRo
 		lr.wait = append(lr.wait, w)
 		lr.done = append(lr.done, max(d, 0))
 	}
-	if err := srv.stop(); err != nil {
-		return lr, err
-	}
 	slices.Sort(lr.wait)
 	slices.Sort(lr.done)
-	h.logf("  latency    %-8s: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms (done p50 %.1f ms; %d tasks)", sys,
-		percentile(lr.wait, 50), percentile(lr.wait, 90), percentile(lr.wait, 99), percentile(lr.done, 50), len(lr.wait))
 	return lr, nil
 }
 

@@ -1,3 +1,5 @@
+//go:build linux
+
 package bench
 
 import (
@@ -11,9 +13,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-run/airlock/internal/queuepolicy"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/internal/cli"
+	"github.com/airlock-run/airlock/internal/queuepolicy"
 )
 
 // Main is the bench command: it parses args, runs the benchmark and prints
@@ -21,20 +25,18 @@ import (
 // status.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	def := os.Getenv("REDIS_URL")
-	if def == "" {
-		def = "redis://127.0.0.1:6379/0"
-	}
+	def, from := cli.DefaultRedis()
 	var opt Options
 	var conc, sections, workloads string
 	var asJSON, quiet bool
 	var jsonOut string
-	fs.StringVar(&opt.RedisURL, "redis", def, "Redis URL (env REDIS_URL); a dedicated database is best, e.g. redis://127.0.0.1:6379/9")
+	fs.StringVar(&opt.RedisURL, "redis", def, "Redis URL (default from "+from+"); a dedicated database is best, e.g. redis://127.0.0.1:6379/9")
 	fs.IntVar(&opt.N, "n", FullN, "scale: tasks per throughput run (CPU-bound: n/5), idle-latency tasks max(n/5,20), overhead iterations n, approvals 10n, RSS-run tasks n²/10")
 	fs.IntVar(&opt.Rounds, "rounds", 3, "interleaved rounds; figures are their median, min and max")
 	fs.StringVar(&conc, "concurrency", "", "concurrencies of the throughput runs, comma-separated (default 2 and 2×cores+1)")
 	fs.StringVar(&sections, "only", "", "run only these sections, comma-separated: "+strings.Join(AllSections, ","))
+	var intervals string
+	fs.StringVar(&intervals, "check-intervals", "", "task check intervals the idle section compares, comma-separated (default 1ms,2ms,5ms,10ms)")
 	fs.StringVar(&workloads, "workloads", "", "throughput workloads, comma-separated: "+strings.Join(AllWorkloads, ","))
 	fs.IntVar(&opt.RSSTasks, "rss-tasks", 0, "tasks of the RSS run (default n²/10: 100000 at the full n)")
 	fs.StringVar(&opt.CPUProfile, "cpuprofile", "", "also profile a worker on the trivial workload and write its CPU profile here")
@@ -44,10 +46,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&quiet, "q", false, "no progress lines on stderr")
 	fs.StringVar(&opt.KeepLogs, "keep-logs", "", "move the servers' logs to this directory instead of deleting them")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: bench [flags]\n\nMeasures Airlock's worker against a bare asynq server running the same argv.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: bench [flags]\n\nMeasures Airlock's worker against a bare asynq server running the same argv.\n\nexit status: 0 done, 1 error, 2 bad flags\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -56,6 +58,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	for _, iv := range strings.Split(intervals, ",") {
+		if strings.TrimSpace(iv) == "" {
+			continue
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(iv))
+		if err != nil || d <= 0 {
+			fmt.Fprintf(stderr, "bench: -check-intervals: %q is not a positive duration\n", iv)
+			return 2
+		}
+		opt.CheckIntervals = append(opt.CheckIntervals, d)
 	}
 	if conc != "" {
 		for _, s := range strings.Split(conc, ",") {
@@ -110,7 +123,7 @@ func deleteQueue(ctx context.Context, rdb *redis.Client, insp *asynq.Inspector, 
 	// DeleteQueue refuses while a task is active (a server that was killed
 	// leaves them so): the keys below go anyway.
 	_ = insp.DeleteQueue(q, true)
-	keys := []string{queuepolicy.Key(q)}
+	keys := []string{queuepolicy.Key("", q)}
 	iter := rdb.Scan(ctx, 0, "asynq:{"+q+"}:*", 1000).Iterator()
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())

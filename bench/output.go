@@ -1,3 +1,5 @@
+//go:build linux
+
 package bench
 
 import (
@@ -12,14 +14,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/collect"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/tmpfs"
 	"github.com/airlock-run/airlock/worker"
-	"github.com/redis/go-redis/v9"
 )
 
 // outputSupport: this build has the output contract, the risk policy and
@@ -56,7 +60,7 @@ func measureValidate(ws *tmpfs.Workspace, iters int, acc *overheadAcc) error {
 	var tr, tc, tv time.Duration
 	for range iters {
 		t0 := time.Now()
-		res, err := contract.ReadResult(ws, "out/result.json", 0)
+		res, err := collect.ReadResult(ws, "out/result.json", 0)
 		if err != nil {
 			return err
 		}
@@ -128,7 +132,7 @@ func (h *harness) parkApprovals(ctx context.Context, n int) (*approvalSet, error
 					ID: fmt.Sprintf("ap-bench-%06d", i), TaskID: fmt.Sprintf("%s-task-%d", h.prefix, i),
 					RunID: fmt.Sprintf("%s-run-%d", h.prefix, i), State: approve.StatePending,
 					Reasons: []string{"default: park"}, Result: []byte(ResultJSON),
-					Run: approve.RunSummary{Queue: "default", Attempt: 1, StartedAt: time.Now().UTC(), DurationMS: 12.5,
+					Run: approve.RunSummary{Queue: "default", Attempt: 1, StartedAt: time.Now().UTC(), StepsMS: 12.5,
 						Worker: "bench", Steps: []approve.StepSummary{{Name: "gen", Argv: []string{"sh", "gen.sh"},
 							Verdict: "ok", ExitCode: &code, CPUMS: 1.5, MaxRSSKB: 1800}}},
 				}

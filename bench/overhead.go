@@ -1,3 +1,5 @@
+//go:build linux
+
 package bench
 
 import (
@@ -10,12 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-run/airlock/internal/sandbox"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tmpfs"
-	"github.com/redis/go-redis/v9"
-	"golang.org/x/sys/unix"
 )
 
 // Overhead rows, in the order printed, with what bounds each.
@@ -27,7 +30,7 @@ var overheadItems = []struct{ key, name, per, bound string }{
 	{"slot_run", "step via slot helper: Slot.Run(/bin/true)", "step", "fork+exec in the helper, PATH lookup, ptrace stop at exec + prlimit, 3 pipes + fd passing, kill(-1) sweep, IPC sweep, 2 unix-socket messages"},
 	{"exec", "bare exec.Command(/bin/true).Run()", "step", "fork/exec (clone+execve+wait) of a tiny binary"},
 	{"slot_start", "helper start + stop: sandbox.NewSlot+Close", "slot", "re-exec of this binary + clone of pid/mnt/ipc/uts/net namespaces, the view (~25 mounts, pivot_root), uid drop, Landlock, seccomp; once per slot, not per task"},
-	{"read_result", "output: contract.ReadResult (1 KiB)", "task", "openat2 walk + fstat + read on tmpfs"},
+	{"read_result", "output: collect.ReadResult (1 KiB)", "task", "openat2 walk + fstat + read on tmpfs"},
 	{"compile", "output: contract.Compile (same schema: cache hit)", "task", "SHA-256 of the schema + LRU lookup"},
 	{"compile_new", "output: contract.Compile (new schema: cache miss)", "schema", "gojsonschema compilation + meta-schema check; once per distinct schema per process"},
 	{"validate", "output: Schema.Validate (1 KiB result)", "task", "gojsonschema walk of the document: CPU"},

@@ -1,3 +1,5 @@
+//go:build linux
+
 package bench
 
 import (
@@ -85,7 +87,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t\n", row.System, span(row.P50), span(row.P90), span(row.P99), span(row.DoneP50), span(row.DoneP99))
 		}
 		t.Flush()
-		fmt.Fprintln(&b, "  done = enqueue → the record's finished_at (server side, without Wait's polling)")
+		fmt.Fprintln(&b, "  done = enqueue → the record's finished_at (server side); Wait blocks on the events stream, which both servers append to")
+	}
+	if len(r.Idle) > 0 {
+		b.WriteString(idleTable(r.Idle))
 	}
 	if len(r.Overhead) > 0 {
 		fmt.Fprintf(&b, "\nPer-task overhead breakdown, µs per operation (in-process, sequential)\n")

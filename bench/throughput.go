@@ -1,3 +1,5 @@
+//go:build linux
+
 package bench
 
 import (
@@ -10,10 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/airlock-run/airlock/record"
-	"github.com/airlock-run/airlock/tasks"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/tasks"
 )
 
 // Producer settings: enqueuers run in several goroutines, and keep at most
@@ -286,7 +289,7 @@ func (h *harness) checkRecords(ctx context.Context, sys string, wl workload, q s
 			}
 			want := record.StateCompleted
 			if sys == systemAirlock && wl.name == "script" && outputSupport {
-				want = statePromoted
+				want = record.StatePromoted
 			}
 			if rec.State != want {
 				return 0, 0, fmt.Errorf("task %s: state %s, want %s (%s)", t.ID, rec.State, want, rec.Error)
@@ -304,14 +307,11 @@ func (h *harness) checkRecords(ctx context.Context, sys string, wl workload, q s
 
 // recordView is what checkRecords reads of a run record.
 type recordView struct {
-	State     string           `json:"state"`
-	Verdict   string           `json:"verdict"`
+	State     record.State     `json:"state"`
+	Verdict   record.Verdict   `json:"verdict"`
 	Error     string           `json:"error"`
 	Isolation record.Isolation `json:"isolation"`
 }
-
-// statePromoted is the state of a run whose output was published.
-const statePromoted = "promoted"
 
 // rss runs many trivial tasks through one server process and samples its
 // resident memory.

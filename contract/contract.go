@@ -12,7 +12,8 @@ package contract
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/airlock-run/airlock/record"
 )
 
 // Default bounds, used where a Limits field (or ReadResult's max) is 0.
@@ -72,23 +73,5 @@ func (l Limits) withDefaults() Limits {
 // record.
 func (l Limits) Resolved() Limits { return l.withDefaults() }
 
-// Violation is one way a result fails its schema.
-type Violation struct {
-	// Path is an RFC 6901 JSON pointer to the offending value of the result:
-	// "" for the whole document, "/items/0/price" for a nested one. For a
-	// missing required property or a property that is not allowed, it is the
-	// object holding it; Message names the property. A pointer longer than
-	// 1 KiB is cut and ends with "…".
-	Path string `json:"path"`
-	// Message is gojsonschema's description, e.g. "Invalid type. Expected:
-	// integer, given: string", cut at 1 KiB.
-	Message string `json:"message"`
-}
-
-func (v Violation) String() string {
-	p := v.Path
-	if p == "" {
-		p = "(root)"
-	}
-	return fmt.Sprintf("%s: %s", p, v.Message)
-}
+// Violation is one way a result fails its schema (see record.Violation).
+type Violation = record.Violation

@@ -1,9 +1,9 @@
+//go:build linux
+
 package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/redistest"
 	"github.com/airlock-run/airlock/promote"
@@ -207,7 +206,7 @@ func TestHostileResults(t *testing.T) {
 		name, gen string
 		schema    any
 		timeout   string
-		verdict   string
+		verdict   record.Verdict
 		errHas    string
 	}{
 		{"100 numbers 1e999999", repeatJSON("1e999999", 100), numbers, "60s", record.VerdictOutput, "beyond float64's range"},
@@ -271,7 +270,10 @@ func TestPolicyFailsClosed(t *testing.T) {
 	pol := writePolicy(t, `{"default": "promote", "rules": [{"name": "big-amount", "when": {"result": {"pointer": "/amount", "op": ">", "value": 1000}}, "then": "park"}]}`)
 	b := setup(t, "-store", store, "-policy", pol)
 	for _, tc := range []struct {
-		result, state, verdict, reason string
+		result  string
+		state   record.State
+		verdict record.Verdict
+		reason  string
 	}{
 		{`{"amount": "5000000"}`, record.StateParked, record.VerdictOK, `rule big-amount could not be evaluated, so it parks: /amount is "5000000" (a string)`},
 		{`{"note": "no amount"}`, record.StateParked, record.VerdictOK, "rule big-amount could not be evaluated, so it parks: /amount is missing"},
@@ -342,6 +344,7 @@ func TestTasksOfOneRunPublish(t *testing.T) {
 // and stays up.
 func TestWorkerSurvivesClosedStderr(t *testing.T) {
 	t.Parallel()
+	needRoot(t)
 	b := newBundle(t)
 	tmp := filepath.Dir(b.root)
 	r, w, err := os.Pipe()
@@ -389,39 +392,49 @@ func TestWorkerSurvivesClosedStderr(t *testing.T) {
 // run's approval goes), the events stream says failed.
 func TestFinalFailureEmitsEvent(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	key := "final-failure-" + numMarker()
-	taskID := airlock.IdempotentTaskID(b.queue, key)
-	sum := sha256.Sum256([]byte("airlock-approval\x00" + taskID))
-	approvalID := "ap-" + hex.EncodeToString(sum[:6])
+	// A key prefix of the test's own: the worker, the client and the
+	// events stream all use it, and nothing else sees the corrupt index.
+	prefix := "e2e-" + numMarker() + "-" + numMarker() + ":"
+	b := setup(t, "-prefix", prefix)
 	rdb := redistest.Client(t)
-	hash := approve.NewStore(rdb, approve.Options{}).Keys(approvalID)[0]
-	if err := rdb.Set(context.Background(), hash, "not a hash", time.Hour).Err(); err != nil {
+	b.client = airlock.NewClient(rdb, airlock.ClientOptions{Retention: time.Hour, Prefix: prefix})
+	index := prefix + "approvals:pending"
+	if err := rdb.Set(context.Background(), index, "not a sorted set", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rdb.Del(context.Background(), hash) })
-	from, err := events.Last(context.Background(), rdb)
+	stream := events.NewStream(rdb, prefix)
+	t.Cleanup(func() {
+		keys, _ := rdb.Keys(context.Background(), prefix+"*").Result()
+		if len(keys) > 0 {
+			rdb.Del(context.Background(), keys...)
+		}
+	})
+	from, err := stream.Last(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := b.run(reportSpec(`{"total": 1}`, `"idempotency_key": "`+key+`", "max_retry": 0,`))
-	if rec.TaskID != taskID || rec.State != record.StateFailed || rec.Verdict != record.VerdictError {
-		t.Fatalf("want failed/error for task %s:\n%s", taskID, mustJSON(t, rec))
+	rec := b.run(reportSpec(`{"total": 1}`, `"max_retry": 0,`))
+	if rec.State != record.StateFailed || rec.Verdict != record.VerdictError || !strings.Contains(rec.Error, "park output") {
+		t.Fatalf("want failed/error (park output):\n%s", mustJSON(t, rec))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var got events.Event
-	err = events.Follow(ctx, rdb, from, func(e events.Event) (bool, error) {
-		if e.TaskID == taskID {
+	err = stream.Follow(ctx, from, time.Second, nil, func(e events.Event) (bool, error) {
+		if e.TaskID == rec.TaskID {
 			got = e
 			return true, nil
 		}
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no event for task %s: %v", taskID, err)
+		t.Fatalf("no event for task %s: %v", rec.TaskID, err)
 	}
-	if got.State != record.StateFailed || got.Verdict != record.VerdictError {
-		t.Errorf("event %+v, want failed/error", got)
+	if got.State != record.StateFailed || got.Verdict != record.VerdictError || !strings.Contains(got.Error, "park output") {
+		t.Errorf("event %+v, want failed/error with the error", got)
+	}
+	// The worker published its limits under the prefix too.
+	if n, _ := rdb.Exists(context.Background(), prefix+"policy:"+b.queue).Result(); n != 1 {
+		t.Errorf("no %spolicy:%s", prefix, b.queue)
 	}
 }

@@ -1,11 +1,13 @@
 // Package events is the stream of run state changes: every time a run
 // becomes completed, failed, parked, accepted, promoted, rejected or
 // expired, an entry is appended to one Redis stream, so that a backend can
-// follow its runs without polling.
+// follow its runs without polling. It owns the stream's key and encoding;
+// the worker and the approval store both append through it.
 //
-// Stream key: "airlock:events" (capped at about 100,000 entries). Each entry
-// has the fields run_id, task_id, state, verdict, approval_id (may be empty)
-// and time (RFC 3339, UTC, nanoseconds).
+// Stream key: <prefix>events, "airlock:events" with the default prefix
+// (capped at about 100,000 entries). Each entry has the fields run_id,
+// task_id, state, verdict, approval_id (may be empty), error (may be
+// empty) and time (RFC 3339, UTC, nanoseconds).
 package events
 
 import (
@@ -14,46 +16,86 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlock-run/airlock/record"
 	"github.com/redis/go-redis/v9"
 )
 
-// Key is the stream's key.
-const Key = "airlock:events"
+// DefaultPrefix is the key prefix of every key Airlock keeps in Redis
+// (asynq's own aside).
+const DefaultPrefix = "airlock:"
+
+// Key is the stream's key with the default prefix.
+const Key = DefaultPrefix + "events"
 
 // MaxLen is the approximate cap of the stream.
 const MaxLen = 100000
 
 // Event is one state change of a run.
 type Event struct {
-	ID         string    `json:"id"` // the stream entry id
-	RunID      string    `json:"run_id"`
-	TaskID     string    `json:"task_id"`
-	State      string    `json:"state"`
-	Verdict    string    `json:"verdict"`
-	ApprovalID string    `json:"approval_id,omitempty"`
-	Time       time.Time `json:"time"`
+	ID         string         `json:"id"` // the stream entry id
+	RunID      string         `json:"run_id"`
+	TaskID     string         `json:"task_id"`
+	State      record.State   `json:"state"`
+	Verdict    record.Verdict `json:"verdict"`
+	ApprovalID string         `json:"approval_id,omitempty"`
+	Error      string         `json:"error,omitempty"`
+	Time       time.Time      `json:"time"`
 }
 
-// Append adds e to the stream (Time defaults to now).
-func Append(ctx context.Context, rdb redis.UniversalClient, e Event) error {
+// Stream is the events stream of one key prefix.
+type Stream struct {
+	rdb redis.UniversalClient
+	key string
+}
+
+// NewStream returns the stream <prefix>events of rdb; prefix "" is
+// DefaultPrefix.
+func NewStream(rdb redis.UniversalClient, prefix string) *Stream {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return &Stream{rdb: rdb, key: prefix + "events"}
+}
+
+// Key returns the stream's key.
+func (s *Stream) Key() string { return s.key }
+
+// maxError bounds the error text an event carries.
+const maxError = 512
+
+// args is the XADD of e (Time defaults to now).
+func (s *Stream) args(e Event) *redis.XAddArgs {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
-	err := rdb.XAdd(ctx, &redis.XAddArgs{
-		Stream: Key, MaxLen: MaxLen, Approx: true,
-		Values: []any{"run_id", e.RunID, "task_id", e.TaskID, "state", e.State, "verdict", e.Verdict,
-			"approval_id", e.ApprovalID, "time", e.Time.UTC().Format(time.RFC3339Nano)},
-	}).Err()
-	if err != nil {
+	if len(e.Error) > maxError {
+		e.Error = e.Error[:maxError]
+	}
+	return &redis.XAddArgs{
+		Stream: s.key, MaxLen: MaxLen, Approx: true,
+		Values: []any{"run_id", e.RunID, "task_id", e.TaskID, "state", string(e.State), "verdict", string(e.Verdict),
+			"approval_id", e.ApprovalID, "error", e.Error, "time", e.Time.UTC().Format(time.RFC3339Nano)},
+	}
+}
+
+// Append adds e to the stream.
+func (s *Stream) Append(ctx context.Context, e Event) error {
+	if err := s.rdb.XAdd(ctx, s.args(e)).Err(); err != nil {
 		return fmt.Errorf("events: append %s %s: %w", e.RunID, e.State, err)
 	}
 	return nil
 }
 
+// AppendOp queues the append of e in a pipeline or transaction, for a
+// caller that writes the change it reports in the same round trip.
+func (s *Stream) AppendOp(ctx context.Context, p redis.Pipeliner, e Event) {
+	p.XAdd(ctx, s.args(e))
+}
+
 // Last returns the id of the newest entry, "0" for an empty stream: a
 // position to Follow from without missing what comes after.
-func Last(ctx context.Context, rdb redis.UniversalClient) (string, error) {
-	msgs, err := rdb.XRevRangeN(ctx, Key, "+", "-", 1).Result()
+func (s *Stream) Last(ctx context.Context) (string, error) {
+	msgs, err := s.rdb.XRevRangeN(ctx, s.key, "+", "-", 1).Result()
 	if err != nil {
 		return "", err
 	}
@@ -64,17 +106,25 @@ func Last(ctx context.Context, rdb redis.UniversalClient) (string, error) {
 }
 
 // Follow calls fn for every entry after position from (an id, or "0" for
-// all), blocking for new ones until fn returns done or an error, or ctx ends.
-func Follow(ctx context.Context, rdb redis.UniversalClient, from string, fn func(Event) (done bool, err error)) error {
+// all), blocking for new ones until fn returns done or an error, or ctx
+// ends. Every block is at most block long (default 1s); after each, tick
+// (when not nil) is called, so that a caller can look elsewhere too, and
+// may end the follow.
+func (s *Stream) Follow(ctx context.Context, from string, block time.Duration, tick func() (done bool, err error), fn func(Event) (done bool, err error)) error {
+	if block <= 0 {
+		block = time.Second
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{Key, from}, Count: 100, Block: time.Second}).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
+		b := block
+		if d, ok := ctx.Deadline(); ok {
+			// A blocked read does not end with ctx: never block past it.
+			b = max(min(b, time.Until(d)), time.Millisecond)
 		}
-		if err != nil {
+		res, err := s.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{s.key, from}, Count: 100, Block: b}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -89,12 +139,17 @@ func Follow(ctx context.Context, rdb redis.UniversalClient, from string, fn func
 				}
 			}
 		}
+		if tick != nil {
+			if done, err := tick(); err != nil || done {
+				return err
+			}
+		}
 	}
 }
 
 func parse(m redis.XMessage) Event {
 	s := func(k string) string { v, _ := m.Values[k].(string); return v }
 	t, _ := time.Parse(time.RFC3339Nano, s("time"))
-	return Event{ID: m.ID, RunID: s("run_id"), TaskID: s("task_id"), State: s("state"),
-		Verdict: s("verdict"), ApprovalID: s("approval_id"), Time: t}
+	return Event{ID: m.ID, RunID: s("run_id"), TaskID: s("task_id"), State: record.State(s("state")),
+		Verdict: record.Verdict(s("verdict")), ApprovalID: s("approval_id"), Error: s("error"), Time: t}
 }

@@ -18,12 +18,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()
 // with every field; entries before it are not.
 func TestAppendFollow(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Client(t)
+	// A prefix of the test's own: the stream is the test's alone.
+	prefix := "test:" + redistest.Queue(t) + ":"
+	stream := events.NewStream(redistest.Client(t), prefix)
+	t.Cleanup(func() { redistest.Client(t).Del(context.Background(), stream.Key()) })
 	run := "run-" + redistest.Queue(t)
-	if err := events.Append(ctx, rdb, events.Event{RunID: run, State: "before"}); err != nil {
+	if err := stream.Append(ctx, events.Event{RunID: run, State: "before"}); err != nil {
 		t.Fatal(err)
 	}
-	from, err := events.Last(ctx, rdb)
+	from, err := stream.Last(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,11 +34,12 @@ func TestAppendFollow(t *testing.T) {
 	want := []events.Event{
 		{RunID: run, TaskID: "t1", State: "parked", Verdict: "ok", ApprovalID: "ap-1", Time: at},
 		{RunID: run, TaskID: "t1", State: "promoted", Verdict: "ok", ApprovalID: "ap-1", Time: at.Add(time.Second)},
+		{RunID: run, TaskID: "t2", State: "failed", Verdict: "error", Error: "worker: no luck", Time: at.Add(2 * time.Second)},
 	}
 	go func() {
 		time.Sleep(50 * time.Millisecond) // Follow is blocked reading by then
 		for _, e := range want {
-			if err := events.Append(ctx, rdb, e); err != nil {
+			if err := stream.Append(ctx, e); err != nil {
 				t.Error(err)
 			}
 		}
@@ -43,7 +47,8 @@ func TestAppendFollow(t *testing.T) {
 	var got []events.Event
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err = events.Follow(fctx, rdb, from, func(e events.Event) (bool, error) {
+	ticks := 0
+	err = stream.Follow(fctx, from, 20*time.Millisecond, func() (bool, error) { ticks++; return false, nil }, func(e events.Event) (bool, error) {
 		if e.RunID == run {
 			got = append(got, e)
 		}
@@ -57,5 +62,11 @@ func TestAppendFollow(t *testing.T) {
 	}
 	if got[0].ID == "" || got[0].ID <= from {
 		t.Errorf("entry id %q not after %q", got[0].ID, from)
+	}
+	if ticks == 0 {
+		t.Error("tick was never called while Follow blocked")
+	}
+	if stream.Key() != prefix+"events" {
+		t.Errorf("Key() = %s", stream.Key())
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/airlock-run/airlock/record"
 )
 
 // ErrInvalid is matched (errors.Is) by every error of a policy that does not
@@ -452,12 +454,12 @@ func text(n *node) (string, bool) {
 	return "", false
 }
 
-func decision(n *node, field string) (string, error) {
+func decision(n *node, field string) (record.Action, error) {
 	s, ok := n.value.(string)
-	if n.kind != scalarNode || !ok || (s != Park && s != Promote) {
-		return "", fieldErr(n, field, "%s is not a decision: use park or promote", n.what())
+	if a := record.Action(s); n.kind == scalarNode && ok && (a == Park || a == Promote) {
+		return a, nil
 	}
-	return s, nil
+	return "", fieldErr(n, field, "%s is not a decision: use park or promote", n.what())
 }
 
 func parseRule(n *node, field string) (*rule, error) {

@@ -35,12 +35,14 @@ import (
 	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/airlock-run/airlock/record"
 )
 
 // Decisions.
 const (
-	Promote = "promote"
-	Park    = "park"
+	Promote = record.Promote
+	Park    = record.Park
 )
 
 // What Decision.Rule says when no rule of the policy decided.
@@ -68,20 +70,13 @@ type Input struct {
 	SpecApproval      string // "", "auto" or "always"
 }
 
-// Decision is what a policy decided for a run.
-type Decision struct {
-	Action  string   `json:"action"`  // Promote or Park
-	Reasons []string `json:"reasons"` // why, for the approver and the run record
-	// Rule is the name of the rule that decided (the first matching park
-	// rule, or the first matching promote rule), or RuleDefault, RuleSpec
-	// or RuleNoPolicy.
-	Rule string `json:"rule"`
-}
+// Decision is what a policy decided for a run (see record.Decision).
+type Decision = record.Decision
 
 // Policy is a parsed policy. It is immutable and may be used from several
 // goroutines.
 type Policy struct {
-	def   string
+	def   record.Action
 	rules []*rule
 	none  bool // NoPolicy
 }
@@ -96,18 +91,18 @@ func (p *Policy) Summary() string {
 		return "no policy: every result is parked"
 	}
 	if len(p.rules) == 0 {
-		return "no rules, default " + p.def
+		return "no rules, default " + string(p.def)
 	}
 	names := make([]string, len(p.rules))
 	for i, r := range p.rules {
-		names[i] = r.name + " → " + r.then
+		names[i] = r.name + " → " + string(r.then)
 	}
 	return fmt.Sprintf("%d rules (%s), default %s", len(p.rules), strings.Join(names, ", "), p.def)
 }
 
 type rule struct {
 	name  string
-	then  string
+	then  record.Action
 	conds []cond
 }
 
@@ -224,7 +219,7 @@ func (p *Policy) decide(in Input) Decision {
 		promote.Reasons = append(promote.Reasons, notes...)
 		return promote
 	}
-	return Decision{Action: p.def, Reasons: append([]string{"no rule matched: the policy's default is " + p.def}, notes...), Rule: RuleDefault}
+	return Decision{Action: p.def, Reasons: append([]string{"no rule matched: the policy's default is " + string(p.def)}, notes...), Rule: RuleDefault}
 }
 
 // match evaluates every condition of r: fails as soon as one fails;

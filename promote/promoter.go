@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/record"
 )
 
 // ErrRefused marks a promotion that must not happen and must not be
@@ -41,7 +42,7 @@ func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, b
 	m := &Manifest{
 		RunID: a.RunID, TaskID: a.TaskID, ApprovalID: a.ID,
 		AcceptedBy: a.DecidedBy, AcceptedAt: a.DecidedAt, Comment: a.Comment, Reasons: a.Reasons,
-		Artifacts: []File{}, Run: a.Run, PromotedBy: p.Worker,
+		Artifacts: []record.Artifact{}, Run: a.Run, PromotedBy: p.Worker,
 	}
 	if !a.PromotedAt.IsZero() {
 		m.PromotedAt = a.PromotedAt
@@ -53,7 +54,7 @@ func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, b
 			return nil, false, fmt.Errorf("%w: result of %s: sha256 %s, approved %s", ErrRefused, a.ID, sum, a.ResultSHA256)
 		}
 		files[ResultName] = a.Result
-		m.Result = &File{Name: ResultName, Bytes: int64(len(a.Result)), SHA256: a.ResultSHA256, ContentType: "application/json"}
+		m.Result = &record.Artifact{Name: ResultName, Bytes: int64(len(a.Result)), SHA256: a.ResultSHA256, ContentType: "application/json"}
 	}
 	for _, art := range a.Artifacts {
 		data, err := p.Store.Data(ctx, a.ID, art.Name)
@@ -68,7 +69,7 @@ func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, b
 			return nil, false, fmt.Errorf("%w: artifact %s clashes with the result", ErrRefused, art.Name)
 		}
 		files[art.Name] = data
-		m.Artifacts = append(m.Artifacts, File{Name: art.Name, Bytes: art.Bytes, SHA256: art.SHA256, ContentType: art.ContentType})
+		m.Artifacts = append(m.Artifacts, record.Artifact{Name: art.Name, Bytes: art.Bytes, SHA256: art.SHA256, ContentType: art.ContentType})
 	}
 	m.PromotedAt = time.Now().UTC()
 	published, err := p.Sink.Publish(ctx, m, files)

@@ -5,15 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
-	"golang.org/x/sys/unix"
 )
 
 // Manifest is the provenance of a publication, written last, as
@@ -26,19 +28,11 @@ type Manifest struct {
 	AcceptedAt time.Time          `json:"accepted_at"`
 	Comment    string             `json:"comment,omitempty"`
 	Reasons    []string           `json:"reasons"`
-	Result     *File              `json:"result,omitempty"`
-	Artifacts  []File             `json:"artifacts"`
+	Result     *record.Artifact   `json:"result,omitempty"`
+	Artifacts  []record.Artifact  `json:"artifacts"`
 	Run        approve.RunSummary `json:"run"`
 	PromotedAt time.Time          `json:"promoted_at"`
 	PromotedBy string             `json:"promoted_by"` // worker and version
-}
-
-// File is one published file.
-type File struct {
-	Name        string `json:"name"`
-	Bytes       int64  `json:"bytes"`
-	SHA256      string `json:"sha256"`
-	ContentType string `json:"content_type,omitempty"`
 }
 
 // ResultName is where a run's JSON result is published.
@@ -191,7 +185,7 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 		}
 	}
 	if err := os.Rename(staging, final); err != nil {
-		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, fs.ErrExist) {
 			// Published meanwhile (or by an earlier try that crashed after
 			// the rename): the manifest says by which approval.
 			os.RemoveAll(staging)

@@ -1,44 +1,55 @@
 // Package record defines the run record: the honest account of one task
 // attempt that the worker stores as the asynq task's result and logs, and
-// that enqueue -wait prints. Field names are part of Airlock's public
-// contract (see the README).
+// that enqueue -wait prints, with the types it is made of (states,
+// verdicts, artifacts, decisions, violations). Field names are part of
+// Airlock's public contract (see the README).
+//
+// It is a leaf: it imports nothing of Airlock but limits, nothing of
+// Redis or Linux, and builds on every platform a backend runs on.
 package record
 
 import (
 	"encoding/base64"
-	"github.com/airlock-run/airlock/approve"
 	"time"
 	"unicode/utf8"
+
+	"github.com/airlock-run/airlock/limits"
 )
+
+// State is the state of a run.
+type State string
 
 // States of a run.
 const (
-	StateCompleted = "completed" // every step ended ok and the spec has no output to publish
-	StateFailed    = "failed"    // a step failed, the output broke its contract, or the run could not be carried out
-	StateParked    = "parked"    // the output waits for a human in the approval queue
-	StateAccepted  = "accepted"  // accepted (by a human or the policy); its promotion is queued
-	StatePromoted  = "promoted"  // the output is published in the store
-	StateRejected  = "rejected"  // a human rejected the output
-	StateExpired   = "expired"   // nobody decided before the approval expired
+	StateCompleted State = "completed" // every step ended ok and the spec has no output to publish
+	StateFailed    State = "failed"    // a step failed, the output broke its contract, or the run could not be carried out
+	StateParked    State = "parked"    // the output waits for a human in the approval queue
+	StateAccepted  State = "accepted"  // accepted (by a human or the policy); its promotion is queued
+	StatePromoted  State = "promoted"  // the output is published in the store
+	StateRejected  State = "rejected"  // a human rejected the output
+	StateExpired   State = "expired"   // nobody decided before the approval expired
 )
+
+// Verdict says what ended a step, or a run.
+type Verdict string
 
 // Verdicts of a step and of a run. A run's verdict is that of its first
 // failing step, "ok" when every step succeeded, or "error" when the worker
 // could not carry the run out (the error field says why).
 const (
-	VerdictOK             = "ok"
-	VerdictExit           = "exit"            // exited with a non-zero code
-	VerdictSignal         = "signal"          // killed by a signal the worker did not send, cause unknown
-	VerdictTimeout        = "timeout"         // the worker killed it at its deadline
-	VerdictCPUTime        = "cpu_time"        // RLIMIT_CPU: SIGXCPU, or SIGKILL at the hard limit
-	VerdictFileSize       = "file_size"       // RLIMIT_FSIZE: SIGXFSZ
-	VerdictWorkspaceQuota = "workspace_quota" // failed while the workspace was full
-	VerdictMemory         = "memory"          // the kernel killed a process of the step at its cgroup's memory limit (never emitted without a cgroup)
-	VerdictExecError      = "exec_error"      // the program could not be started
-	VerdictCanceled       = "canceled"        // the worker shut down mid-step
-	VerdictError          = "error"           // the worker failed; see error
-	VerdictSchema         = "schema"          // the result does not satisfy output.schema
-	VerdictOutput         = "output"          // the result or artifacts broke the contract (missing, not a regular file, too large, not JSON)
+	VerdictOK             Verdict = "ok"
+	VerdictExit           Verdict = "exit"            // exited with a non-zero code
+	VerdictSignal         Verdict = "signal"          // killed by a signal the worker did not send, cause unknown
+	VerdictTimeout        Verdict = "timeout"         // the worker killed it at its deadline
+	VerdictCPUTime        Verdict = "cpu_time"        // RLIMIT_CPU: SIGXCPU, or SIGKILL at the hard limit
+	VerdictFileSize       Verdict = "file_size"       // RLIMIT_FSIZE: SIGXFSZ
+	VerdictWorkspaceQuota Verdict = "workspace_quota" // failed while the workspace was full
+	VerdictMemory         Verdict = "memory"          // the kernel killed a process of the step at its cgroup's memory limit (never emitted without a cgroup)
+	VerdictExecError      Verdict = "exec_error"      // the program could not be started
+	VerdictCanceled       Verdict = "canceled"        // the worker shut down mid-step
+	VerdictError          Verdict = "error"           // the worker failed; see error
+	VerdictSchema         Verdict = "schema"          // the result does not satisfy output.schema
+	VerdictOutput         Verdict = "output"          // the result or artifacts broke the contract (missing, not a regular file, too large, not JSON)
 )
 
 // Run is the record of one attempt of a task.
@@ -46,47 +57,83 @@ type Run struct {
 	TaskID     string    `json:"task_id"`
 	RunID      string    `json:"run_id"`
 	Queue      string    `json:"queue"`
-	State      string    `json:"state"`
-	Verdict    string    `json:"verdict"`
+	State      State     `json:"state"`
+	Verdict    Verdict   `json:"verdict"`
 	Error      string    `json:"error,omitempty"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
 	DurationMS float64   `json:"duration_ms"`
 	// Attempt is 1 for the first run of a task, 2 for its first retry...
-	Attempt   int       `json:"attempt"`
-	MaxRetry  int       `json:"max_retry"`
-	Worker    string    `json:"worker"`
-	Isolation Isolation `json:"isolation"`
-	Limits    any       `json:"limits"`
-	Workspace Workspace `json:"workspace"`
-	Steps     []Step    `json:"steps"`
-	Files     []File    `json:"files,omitempty"`
+	Attempt   int        `json:"attempt"`
+	MaxRetry  int        `json:"max_retry"`
+	Worker    string     `json:"worker"`
+	Isolation Isolation  `json:"isolation"`
+	Limits    limits.Set `json:"limits"`
+	Workspace Workspace  `json:"workspace"`
+	Steps     []Step     `json:"steps"`
+	Files     []File     `json:"files,omitempty"`
 
 	// Output contract and its fate. The result and artifacts themselves are
 	// never in the record: a run publishes nothing by itself.
-	ResultBytes  int64              `json:"result_bytes,omitempty"`
-	ResultSHA256 string             `json:"result_sha256,omitempty"`
-	SchemaErrors []Violation        `json:"schema_errors,omitempty"`
-	Artifacts    []approve.Artifact `json:"artifacts,omitempty"`
-	Refused      []File             `json:"refused,omitempty"` // matched an artifact glob but not a regular file
-	Decision     *Decision          `json:"decision,omitempty"`
-	ApprovalID   string             `json:"approval_id,omitempty"`
-	PublishedTo  string             `json:"published_to,omitempty"`
-	DecidedBy    string             `json:"decided_by,omitempty"`
-	DecidedAt    *time.Time         `json:"decided_at,omitempty"`
+	ResultBytes  int64       `json:"result_bytes,omitempty"`
+	ResultSHA256 string      `json:"result_sha256,omitempty"`
+	SchemaErrors []Violation `json:"schema_errors,omitempty"`
+	Artifacts    []Artifact  `json:"artifacts,omitempty"`
+	Refused      []File      `json:"refused,omitempty"` // matched an artifact glob but not a regular file
+	Decision     *Decision   `json:"decision,omitempty"`
+	ApprovalID   string      `json:"approval_id,omitempty"`
+	PublishedTo  string      `json:"published_to,omitempty"`
+	DecidedBy    string      `json:"decided_by,omitempty"`
+	DecidedAt    *time.Time  `json:"decided_at,omitempty"`
 }
 
-// Violation is one way a result breaks its schema.
+// Violation is one way a result fails its schema.
 type Violation struct {
-	Path    string `json:"path"`
+	// Path is an RFC 6901 JSON pointer to the offending value of the result:
+	// "" for the whole document, "/items/0/price" for a nested one. For a
+	// missing required property or a property that is not allowed, it is the
+	// object holding it; Message names the property. A pointer longer than
+	// 1 KiB is cut and ends with "…".
+	Path string `json:"path"`
+	// Message is the validator's description, e.g. "Invalid type. Expected:
+	// integer, given: string", cut at 1 KiB.
 	Message string `json:"message"`
 }
 
+func (v Violation) String() string {
+	p := v.Path
+	if p == "" {
+		p = "(root)"
+	}
+	return p + ": " + v.Message
+}
+
+// Action is what the risk policy decided for an output.
+type Action string
+
+// Actions.
+const (
+	Promote Action = "promote"
+	Park    Action = "park"
+)
+
 // Decision is the risk policy's verdict on an output.
 type Decision struct {
-	Action  string   `json:"action"` // promote | park
-	Rule    string   `json:"rule"`
-	Reasons []string `json:"reasons"`
+	Action  Action   `json:"action"`  // promote | park
+	Reasons []string `json:"reasons"` // why, for the approver and the run record
+	// Rule is the name of the rule that decided (the first matching park
+	// rule, or the first matching promote rule), or "default", "spec" or
+	// "no-policy".
+	Rule string `json:"rule"`
+}
+
+// Artifact is one file a run produced, with its digest: staged with its
+// approval, and published by name.
+type Artifact struct {
+	Name        string `json:"name"` // path relative to the workspace, e.g. "out/report.csv"
+	Bytes       int64  `json:"bytes"`
+	SHA256      string `json:"sha256"` // hex
+	ContentType string `json:"content_type"`
 }
 
 // Isolation says which confinement tier was in force, one field per tier,
@@ -122,7 +169,7 @@ type Step struct {
 	Argv       []string `json:"argv"`
 	ExitCode   *int     `json:"exit_code"`
 	Signal     string   `json:"signal,omitempty"`
-	Verdict    string   `json:"verdict"`
+	Verdict    Verdict  `json:"verdict"`
 	Error      string   `json:"error,omitempty"`
 	DurationMS float64  `json:"duration_ms"`
 	CPUMS      float64  `json:"cpu_ms"`
@@ -159,7 +206,7 @@ func Text(b []byte) (string, string) {
 }
 
 // Final reports whether state is one a run does not leave.
-func Final(state string) bool {
+func Final(state State) bool {
 	switch state {
 	case StateCompleted, StateFailed, StatePromoted, StateRejected, StateExpired:
 		return true

@@ -1,3 +1,5 @@
+//go:build linux
+
 package tmpfs
 
 // UseOpenat2ForTest makes openBeneath use openat2 (on) or the

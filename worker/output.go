@@ -1,3 +1,5 @@
+//go:build linux
+
 package worker
 
 import (
@@ -11,13 +13,85 @@ import (
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
-	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/collect"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/airlock-run/airlock/tmpfs"
 )
+
+// checked is what the contract phase found: the result and the artifacts,
+// or the contract's failure.
+type checked struct {
+	result    []byte
+	artifacts *collect.Collected
+
+	verdict    record.Verdict // "" when the output met its contract
+	msg        string
+	violations []record.Violation
+}
+
+// output applies the output contract to a run whose steps all succeeded
+// (check), then the risk policy (decide), then parks or accepts the output
+// (settle). It fills rec.
+func (w *Worker) output(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspace, rec *record.Run, deadline time.Time, uid int, aid string) outcome {
+	c := w.check(ctx, spec, ws, deadline, uid)
+	if len(c.result) > 0 {
+		rec.ResultBytes, rec.ResultSHA256 = int64(len(c.result)), hexSHA(c.result)
+	}
+	if c.verdict != "" {
+		rec.State, rec.Verdict, rec.Error, rec.SchemaErrors = record.StateFailed, c.verdict, c.msg, c.violations
+		return outcome{}
+	}
+	rec.Artifacts, rec.Refused = c.artifacts.Artifacts, c.artifacts.Refused
+	d := w.decide(spec, rec, c)
+	rec.Decision = &d
+	return w.settle(ctx, spec, rec, c, d, aid)
+}
+
+// check reads the result and validates it (within the task's deadline),
+// then collects the artifacts.
+func (w *Worker) check(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspace, deadline time.Time, uid int) checked {
+	out := spec.Output
+	var c checked
+	fail := func(v record.Verdict, msg string) checked {
+		c.verdict, c.msg = v, msg
+		return c
+	}
+	if out.Result != "" {
+		var err error
+		c.result, err = collect.ReadResult(ws, out.Result, w.cfg.Artifacts.MaxResult)
+		if err != nil {
+			return fail(record.VerdictOutput, "output.result: "+err.Error())
+		}
+		var schema *contract.Schema
+		if len(out.Schema) > 0 {
+			if schema, err = contract.Compile(out.Schema); err != nil {
+				return fail(record.VerdictSchema, "output.schema: "+err.Error())
+			}
+		}
+		vs, err := w.checker(uid).Check(ctx, schema, c.result, deadline)
+		switch {
+		case errors.Is(err, contract.ErrDeadline):
+			return fail(record.VerdictTimeout, fmt.Sprintf("output.result: %v (task timeout %s)", err, spec.Timeout))
+		case errors.Is(err, contract.ErrTooCostly):
+			return fail(record.VerdictSchema, "output.result: "+err.Error())
+		case err != nil:
+			return fail(record.VerdictOutput, "output.result: "+err.Error())
+		}
+		if len(vs) > 0 {
+			c.violations = vs
+			return fail(record.VerdictSchema, fmt.Sprintf("output.result does not satisfy output.schema (%d errors)", len(vs)))
+		}
+	}
+	col, err := collect.CollectArtifacts(ws, out.Artifacts, w.cfg.Artifacts)
+	if err != nil {
+		return fail(record.VerdictOutput, "output.artifacts: "+err.Error())
+	}
+	c.artifacts = col
+	return c
+}
 
 // checker validates results: in the worker when cheap, else in a child
 // (this binary re-executed) running as uid when the worker is root.
@@ -29,141 +103,93 @@ func (w *Worker) checker(uid int) *contract.Checker {
 	return &contract.Checker{Child: c}
 }
 
-// approvalID is the id of a run's approval: derived from the task id, so
-// that a retried run task never parks (or publishes) twice.
-func approvalID(taskID string) string {
-	s := sha256.Sum256([]byte("airlock-approval\x00" + taskID))
-	return "ap-" + hex.EncodeToString(s[:6])
-}
-
-// output applies the output contract to a run whose steps all succeeded,
-// then the risk policy: the output is parked for a human, or accepted and
-// promoted at once. It fills rec; an error means the worker failed.
-//
-// The result's validation ends by deadline, the task's, or fails the run
-// with the verdict timeout; uid is the slot's, for a validation child.
-func (w *Worker) output(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspace, rec *record.Run, deadline time.Time, uid int) error {
-	out := spec.Output
-	var result []byte
-	fail := func(verdict, msg string) error {
-		rec.State, rec.Verdict, rec.Error = record.StateFailed, verdict, msg
-		return nil
-	}
-	if out.Result != "" {
-		var err error
-		result, err = contract.ReadResult(ws, out.Result, w.cfg.Artifacts.MaxResult)
-		if err != nil {
-			return fail(record.VerdictOutput, "output.result: "+err.Error())
-		}
-		rec.ResultBytes, rec.ResultSHA256 = int64(len(result)), hexSHA(result)
-		var schema *contract.Schema
-		if len(out.Schema) > 0 {
-			if schema, err = contract.Compile(out.Schema); err != nil {
-				return fail(record.VerdictSchema, "output.schema: "+err.Error())
-			}
-		}
-		vs, err := w.checker(uid).Check(ctx, schema, result, deadline)
-		switch {
-		case errors.Is(err, contract.ErrDeadline):
-			return fail(record.VerdictTimeout, fmt.Sprintf("output.result: %v (task timeout %s)", err, spec.Timeout))
-		case errors.Is(err, contract.ErrTooCostly):
-			return fail(record.VerdictSchema, "output.result: "+err.Error())
-		case err != nil:
-			return fail(record.VerdictOutput, "output.result: "+err.Error())
-		}
-		if len(vs) > 0 {
-			for _, v := range vs {
-				rec.SchemaErrors = append(rec.SchemaErrors, record.Violation{Path: v.Path, Message: v.Message})
-			}
-			return fail(record.VerdictSchema, fmt.Sprintf("output.result does not satisfy output.schema (%d errors)", len(vs)))
-		}
-	}
-	col, err := contract.CollectArtifacts(ws, out.Artifacts, w.cfg.Artifacts)
-	if err != nil {
-		return fail(record.VerdictOutput, "output.artifacts: "+err.Error())
-	}
-	rec.Artifacts, rec.Refused = col.Artifacts, col.Refused
-	var artBytes int64
-	for _, a := range col.Artifacts {
-		artBytes += a.Bytes
-	}
+// decide asks the risk policy.
+func (w *Worker) decide(spec *tasks.Spec, rec *record.Run, c checked) record.Decision {
 	stderr := false
 	for _, st := range rec.Steps {
 		stderr = stderr || st.StderrBytes > 0
 	}
-	d := w.cfg.RiskPolicy.Evaluate(policy.Input{
-		Queue: spec.Queue, Action: spec.Action, ArtifactBytes: artBytes, Result: result,
+	return w.cfg.RiskPolicy.Evaluate(policy.Input{
+		Queue: spec.Queue, Action: spec.Action, ArtifactBytes: c.artifacts.Bytes(), Result: c.result,
 		Network: spec.Network, Stderr: stderr, SpecApproval: spec.Approval,
 	})
-	rec.Decision = &record.Decision{Action: d.Action, Rule: d.Rule, Reasons: d.Reasons}
+}
 
+// settle stages the output with its approval, pending or accepted by the
+// policy, and promotes an accepted one at once. An approval whose inline
+// promotion failed for a transient reason is left for report to queue.
+func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, c checked, d record.Decision, aid string) outcome {
 	a := &approve.Approval{
-		ID: approvalID(rec.TaskID), TaskID: rec.TaskID, RunID: rec.RunID, State: approve.StatePending,
-		Reasons: d.Reasons, Result: result, ResultSHA256: rec.ResultSHA256, Artifacts: col.Artifacts,
+		ID: aid, TaskID: rec.TaskID, RunID: rec.RunID, State: approve.StatePending,
+		Reasons: d.Reasons, Result: c.result, ResultSHA256: rec.ResultSHA256, Artifacts: c.artifacts.Artifacts,
 		Run: summary(spec, rec),
 	}
-	if d.Action == "promote" {
+	if d.Action == record.Promote {
 		a.State, a.DecidedBy, a.DecidedAt = approve.StateAccepted, "policy:"+d.Rule, time.Now().UTC()
 	}
-	stored, _, err := w.approvals.Park(ctx, a, col.Data)
+	// The worker's own transitions emit no run event: report emits the
+	// record's state once it is stored.
+	stored, _, err := w.quiet.Park(ctx, a, c.artifacts.Data)
 	if errors.Is(err, approve.ErrTooLarge) {
-		return fail(record.VerdictOutput, "output.artifacts: "+err.Error())
+		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictOutput, "output.artifacts: "+err.Error()
+		return outcome{}
 	}
 	if err != nil {
-		return fmt.Errorf("park output: %w", err)
+		return outcome{err: fmt.Errorf("park output: %w", err)}
 	}
 	rec.ApprovalID = stored.ID
 	rec.Verdict = record.VerdictOK
-	switch stored.State {
-	case approve.StatePending:
-		rec.State = record.StateParked
-	case approve.StateAccepted:
-		rec.State, rec.DecidedBy = record.StateAccepted, stored.DecidedBy
-		at := stored.DecidedAt
-		rec.DecidedAt = &at
-		_, _, err := w.promoter.Promote(ctx, stored.ID)
-		if errors.Is(err, promote.ErrRefused) {
-			w.log.Error().Err(err).Str("approval_id", stored.ID).Msg("promotion refused")
-			rec.Error = err.Error()
-			return nil
-		}
-		if err != nil {
-			// The promote task retries it; the record says it is queued.
-			w.log.Warn().Err(err).Str("approval_id", stored.ID).Msg("auto-promotion failed; queued for retry")
-			if qerr := promote.Enqueue(ctx, w.asynq, spec.Queue, stored.ID); qerr != nil {
-				return fmt.Errorf("queue promotion: %w (after %v)", qerr, err)
-			}
-			return nil
-		}
-		rec.State, rec.PublishedTo = record.StatePromoted, w.cfg.Sink.Where(rec.RunID, rec.TaskID)
-	default:
-		rec.State = stored.State // rejected or expired by an earlier attempt's approver
+	rec.State = stored.State.Run()
+	if stored.State != approve.StateAccepted {
+		return outcome{} // pending, or rejected or expired by an earlier attempt's approver
 	}
-	return nil
+	rec.DecidedBy = stored.DecidedBy
+	at := stored.DecidedAt
+	rec.DecidedAt = &at
+	if !stored.PromotedAt.IsZero() {
+		rec.State, rec.PublishedTo = record.StatePromoted, w.cfg.Sink.Where(rec.RunID, rec.TaskID)
+		return outcome{} // an earlier attempt published it
+	}
+	_, _, err = w.inline.Promote(ctx, stored.ID)
+	switch {
+	case errors.Is(err, promote.ErrRefused):
+		w.log.Error().Err(err).Str("approval_id", stored.ID).Msg("promotion refused")
+		rec.Error = err.Error()
+		return outcome{}
+	case err != nil:
+		// The promote task retries it; the record says accepted.
+		w.log.Warn().Err(err).Str("approval_id", stored.ID).Msg("auto-promotion failed; queued for retry")
+		return outcome{promote: stored.ID}
+	}
+	rec.State, rec.PublishedTo = record.StatePromoted, w.cfg.Sink.Where(rec.RunID, rec.TaskID)
+	return outcome{}
+}
+
+// approvalID is the id of a run's approval: 128 bits of the SHA-256 of its
+// task id and payload, so that a retried attempt of a task finds its
+// approval again (never parks or publishes twice), while a new task that
+// reuses a task id (after the old one's retention) with another spec gets
+// an approval of its own. The store also refuses an id whose approval
+// holds another task id.
+func approvalID(taskID string, payload []byte) string {
+	p := sha256.Sum256(payload)
+	s := sha256.Sum256(append([]byte("airlock-approval\x00"+taskID+"\x00"), p[:]...))
+	return "ap-" + hex.EncodeToString(s[:16])
 }
 
 // summary is what an approval keeps of the run record.
 func summary(spec *tasks.Spec, rec *record.Run) approve.RunSummary {
 	s := approve.RunSummary{
 		Queue: rec.Queue, Attempt: rec.Attempt, StartedAt: rec.StartedAt,
-		DurationMS: ms(time.Since(rec.StartedAt)), Worker: rec.Worker, Network: spec.Network,
+		Worker: rec.Worker, Network: spec.Network,
 		Limits: rec.Limits, Isolation: rec.Isolation, Workspace: rec.Workspace,
 	}
 	for _, st := range rec.Steps {
+		s.StepsMS += st.DurationMS
 		s.Steps = append(s.Steps, approve.StepSummary{Name: st.Name, Argv: st.Argv, Verdict: st.Verdict,
 			ExitCode: st.ExitCode, Signal: st.Signal, CPUMS: st.CPUMS, MaxRSSKB: st.MaxRSSKB})
 	}
 	return s
-}
-
-// emit appends a run's state change to the events stream; a failure is
-// logged, not fatal: the record stays the source of truth.
-func (w *Worker) emit(ctx context.Context, rec *record.Run) {
-	err := events.Append(ctx, w.cfg.Redis, events.Event{RunID: rec.RunID, TaskID: rec.TaskID,
-		State: rec.State, Verdict: rec.Verdict, ApprovalID: rec.ApprovalID})
-	if err != nil {
-		w.log.Warn().Err(err).Str("task_id", rec.TaskID).Msg("events")
-	}
 }
 
 func hexSHA(b []byte) string {

@@ -1,27 +1,26 @@
-// Package worker is Airlock's worker: an asynq server whose handler turns a
-// task spec into confined steps in a fresh per-task workspace and stores an
-// honest run record as the task's result.
-//
-// A Worker owns a fixed set of slots, one per unit of concurrency. Each slot
-// has its own unprivileged uid, its own directory for workspaces, and a
-// long-lived sandbox helper that runs the slot's steps (see
-// internal/sandbox). The isolation tiers in force are probed at New,
-// logged once, and copied into every run record.
+//go:build linux
+
 package worker
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/contract"
-	"github.com/airlock-run/airlock/policy"
-	"github.com/airlock-run/airlock/promote"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/contract"
+	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/policy"
+	"github.com/airlock-run/airlock/promote"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock/internal/cgroup"
 	"github.com/airlock-run/airlock/internal/queuepolicy"
@@ -30,9 +29,6 @@ import (
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/airlock-run/airlock/tmpfs"
-	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 )
 
 // Isolation modes.
@@ -46,16 +42,20 @@ var Version = "0.1.0-dev"
 
 // Config configures a Worker. Zero fields take the documented defaults.
 type Config struct {
-	Redis         redis.UniversalClient // required
-	Concurrency   int                   // slots; default 2
-	Queues        map[string]int        // queue → priority; default {"default": 1}
-	WorkspaceRoot string                // default /var/lib/airlock/workspaces (root) or $TMPDIR/airlock-workspaces
-	Policy        limits.Policy         // default limits.DefaultPolicy()
-	Isolation     string                // Strict (default) or BestEffort
-	UIDFirst      int                   // first uid of the slots' range; default 200000
-	UIDCount      int                   // size of the range; default 10000
-	UIDLockDir    string                // default /run/airlock/uids
-	Landlock      *bool                 // default true
+	Redis redis.UniversalClient // required
+	// Prefix is the prefix of every key Airlock keeps in Redis (approvals,
+	// events, published limits); default "airlock:". Clients and CLIs of
+	// the same deployment must use the same one.
+	Prefix        string
+	Concurrency   int            // slots; default 2
+	Queues        map[string]int // queue → priority; default {"default": 1}
+	WorkspaceRoot string         // default /var/lib/airlock/workspaces (root) or $TMPDIR/airlock-workspaces
+	Policy        limits.Policy  // default limits.DefaultPolicy()
+	Isolation     string         // Strict (default) or BestEffort
+	UIDFirst      int            // first uid of the slots' range; default 200000
+	UIDCount      int            // size of the range; default 10000
+	UIDLockDir    string         // default /run/airlock/uids
+	Landlock      *bool          // default true
 	// Cgroup is "auto" (the default: cgroup v2 where delegated, else v1
 	// where writable) or "off": memory and processes are then limited by
 	// RLIMIT_AS and RLIMIT_NPROC, which strict isolation refuses.
@@ -101,7 +101,10 @@ type Worker struct {
 	memory    string          // the memory tier, for the isolation line
 
 	approvals *approve.Store
-	promoter  *promote.Promoter
+	quiet     *approve.Store    // the same store, emitting no run event: the worker's own transitions
+	promoter  *promote.Promoter // for promote tasks
+	inline    *promote.Promoter // for auto-promotion in the run's own task (quiet)
+	events    *events.Stream
 	asynq     *asynq.Client
 
 	stopOnce sync.Once
@@ -197,6 +200,9 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Isolation != Strict && cfg.Isolation != BestEffort {
 		return nil, fmt.Errorf("worker: isolation %q: want %q or %q", cfg.Isolation, Strict, BestEffort)
 	}
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		return nil, fmt.Errorf("worker: prefix %q: must not hold '{' or '}' (they would break Redis Cluster hash tags)", cfg.Prefix)
+	}
 	if cfg.Cgroup != "auto" && cfg.Cgroup != "off" {
 		return nil, fmt.Errorf("worker: cgroup %q: want auto or off", cfg.Cgroup)
 	}
@@ -242,8 +248,11 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.isolation = w.describe(root)
-	w.approvals = approve.NewStore(cfg.Redis, approve.Options{TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged})
+	w.approvals = approve.NewStore(cfg.Redis, approve.Options{Prefix: cfg.Prefix, TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged})
+	w.quiet = w.approvals.Quiet()
 	w.promoter = &promote.Promoter{Store: w.approvals, Sink: cfg.Sink, Worker: w.name + " " + Version}
+	w.inline = &promote.Promoter{Store: w.quiet, Sink: cfg.Sink, Worker: w.name + " " + Version}
+	w.events = events.NewStream(cfg.Redis, cfg.Prefix)
 	w.asynq = asynq.NewClientFromRedisClient(cfg.Redis)
 	if !root && !w.userNS {
 		missing = append(missing, "namespaces (no root and no user namespace: no network or PID namespace)")
@@ -510,7 +519,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for q := range w.cfg.Queues {
 		queues = append(queues, q)
 	}
-	if err := queuepolicy.Publish(ctx, w.cfg.Redis, queues, w.cfg.Policy); err != nil {
+	if err := queuepolicy.Publish(ctx, w.cfg.Redis, w.cfg.Prefix, queues, w.cfg.Policy); err != nil {
 		return fmt.Errorf("worker: publish limits: %w", err)
 	}
 	srv := asynq.NewServerFromRedisClient(w.cfg.Redis, asynq.Config{

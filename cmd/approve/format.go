@@ -173,7 +173,7 @@ func size(n int64) string {
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
 // formatList is the list table.
-func formatList(as []*approve.Approval, state string, now time.Time) string {
+func formatList(as []*approve.Approval, state approve.State, now time.Time) string {
 	if len(as) == 0 {
 		if state == "" {
 			state = approve.StatePending
@@ -181,7 +181,7 @@ func formatList(as []*approve.Approval, state string, now time.Time) string {
 		if state == approve.StateAll {
 			return "no approvals\n"
 		}
-		return "no " + state + " approvals\n"
+		return "no " + string(state) + " approvals\n"
 	}
 	type row struct{ id, age, run, reasons string }
 	rows := make([]row, len(as))
@@ -215,7 +215,7 @@ func formatList(as []*approve.Approval, state string, now time.Time) string {
 // stateNote is the decision of a, before its reasons in a list of decided
 // approvals: "[accepted by alice] ".
 func stateNote(a *approve.Approval, now time.Time) string {
-	s := a.State
+	s := string(a.State)
 	if a.State == approve.StatePending && !a.ExpiresAt.IsZero() && !now.Before(a.ExpiresAt) {
 		s += ", past its expiry"
 	}
@@ -243,11 +243,11 @@ func formatWatch(a *approve.Approval) string {
 func formatHistory(h []approve.Event) string {
 	var b strings.Builder
 	for _, e := range h {
-		from := e.From
+		from := string(e.From)
 		if from == "" {
 			from = "(new)"
 		}
-		l := stamp(e.At) + "  " + from + " → " + e.To
+		l := stamp(e.At) + "  " + from + " → " + string(e.To)
 		if e.By != "" {
 			l += "  by " + clean(e.By)
 		}
@@ -276,7 +276,7 @@ func formatShow(a *approve.Approval, data func(name string) ([]byte, error), now
 	}
 	field("approval", clean(a.ID))
 	field("created", stamp(a.CreatedAt)+" ("+age(now, a.CreatedAt)+" ago)")
-	state := a.State
+	state := string(a.State)
 	switch {
 	case a.State == approve.StatePending && !a.ExpiresAt.IsZero() && !now.Before(a.ExpiresAt):
 		state += ", past its expiry (" + stamp(a.ExpiresAt) + ")"
@@ -303,8 +303,8 @@ func formatShow(a *approve.Approval, data func(name string) ([]byte, error), now
 	if r.Attempt > 0 {
 		run = append(run, "attempt "+strconv.Itoa(r.Attempt))
 	}
-	if r.DurationMS > 0 {
-		run = append(run, duration(r.DurationMS))
+	if r.StepsMS > 0 {
+		run = append(run, "steps "+duration(r.StepsMS))
 	}
 	if r.Worker != "" {
 		run = append(run, "worker "+clean(r.Worker))
@@ -332,7 +332,7 @@ func formatShow(a *approve.Approval, data func(name string) ([]byte, error), now
 	}
 	nameW, verdictW := 4, 7
 	for _, s := range r.Steps {
-		nameW, verdictW = max(nameW, width(clean(s.Name))), max(verdictW, width(clean(s.Verdict)))
+		nameW, verdictW = max(nameW, width(clean(s.Name))), max(verdictW, width(clean(string(s.Verdict))))
 	}
 	nameW = min(nameW, 20)
 	for _, s := range r.Steps {
@@ -343,7 +343,7 @@ func formatShow(a *approve.Approval, data func(name string) ([]byte, error), now
 		case s.ExitCode != nil:
 			end = "exit " + strconv.Itoa(*s.ExitCode)
 		}
-		l := "  " + pad(fit(clean(s.Name), nameW), nameW) + "  " + pad(clean(s.Verdict), verdictW) + "  " +
+		l := "  " + pad(fit(clean(s.Name), nameW), nameW) + "  " + pad(clean(string(s.Verdict)), verdictW) + "  " +
 			pad(end, 8) + "  " + pad(fmt.Sprintf("cpu %s", duration(s.CPUMS)), 12) + "  " + clean(shellJoin(s.Argv))
 		b.WriteString(fit(strings.TrimRight(l, " "), lineWidth) + "\n")
 	}

@@ -10,17 +10,19 @@
 //	watch                          one line per new pending approval, until interrupted
 //	history ID
 //
-// Flags go before the command or after it. It exits 0 on success, 3 when
-// the approval does not exist, 4 when it was decided already or has
-// expired (stderr says by whom and when), 1 on any other error.
+// Flags go before the command or after it. It exits 0 on success, 2 on bad
+// flags, command or arguments, 3 when the approval does not exist, 4 when
+// it was decided already or has expired (stderr says by whom and when), 1
+// on any other error. See approve -h.
 package main
 
 import (
 	"context"
-	"github.com/airlock-run/airlock/internal/redislog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/airlock-run/airlock/internal/redislog"
 )
 
 func main() {

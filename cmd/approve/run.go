@@ -12,22 +12,23 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/internal/cli"
+	"github.com/airlock-run/airlock/promote"
+	"github.com/airlock-run/airlock/record"
 )
 
 // Exit codes of Run.
 const (
-	exitOK       = 0
-	exitError    = 1 // usage, Redis, anything else
-	exitNotFound = 3 // no such approval
-	exitDecided  = 4 // decided already, or expired
+	exitOK       = cli.ExitOK
+	exitError    = cli.ExitError // Redis, anything else
+	exitUsage    = cli.ExitUsage // bad flags, command or arguments
+	exitNotFound = 3             // no such approval
+	exitDecided  = 4             // decided already, or expired
 )
-
-// defaultRedisURL is the Redis used when neither -redis nor $REDIS_URL is.
-const defaultRedisURL = "redis://127.0.0.1:6379/0"
 
 // defaultQueue is where a promotion goes when the run summary names no
 // queue (asynq's default queue).
@@ -66,7 +67,7 @@ type command struct {
 	nargs int
 	help  string
 	flags func(fs *flag.FlagSet, o *options)
-	run   func(c *cli, ctx context.Context, args []string) error
+	run   func(c *session, ctx context.Context, args []string) error
 }
 
 var commands map[string]*command
@@ -76,30 +77,30 @@ func init() {
 		"list": {
 			help: "list approvals, newest first",
 			flags: func(fs *flag.FlagSet, o *options) {
-				fs.StringVar(&o.state, "state", approve.StatePending, "pending, accepted, rejected, expired or all")
+				fs.StringVar(&o.state, "state", string(approve.StatePending), "pending, accepted, rejected, expired or all")
 				fs.IntVar(&o.limit, "limit", 50, "list at most this many (0: all)")
 			},
-			run: (*cli).list,
+			run: (*session).list,
 		},
-		"show": {args: "ID", nargs: 1, help: "show an approval: reasons, run, result, artifacts", run: (*cli).show},
+		"show": {args: "ID", nargs: 1, help: "show an approval: reasons, run, result, artifacts", run: (*session).show},
 		"accept": {
 			args: "ID", nargs: 1, help: "accept a pending approval and queue its promotion",
 			flags: func(fs *flag.FlagSet, o *options) { fs.StringVar(&o.comment, "comment", o.comment, "why (optional)") },
-			run:   (*cli).accept,
+			run:   (*session).accept,
 		},
 		"reject": {
 			args: "ID", nargs: 1, help: "reject a pending approval, saying why (-comment)",
 			flags: func(fs *flag.FlagSet, o *options) { fs.StringVar(&o.comment, "comment", o.comment, "why (required)") },
-			run:   (*cli).reject,
+			run:   (*session).reject,
 		},
 		"watch": {
 			help: "print new pending approvals as they arrive, until interrupted",
 			flags: func(fs *flag.FlagSet, o *options) {
 				fs.StringVar(&o.since, "since", "", "start after this entry of the audit stream (default: now)")
 			},
-			run: (*cli).watch,
+			run: (*session).watch,
 		},
-		"history": {args: "ID", nargs: 1, help: "print the audit trail of an approval", run: (*cli).history},
+		"history": {args: "ID", nargs: 1, help: "print the audit trail of an approval", run: (*session).history},
 	}
 }
 
@@ -107,9 +108,9 @@ var commandOrder = []string{"list", "show", "accept", "reject", "watch", "histor
 
 // globalFlags defines the flags accepted before and after the command,
 // with o's values as defaults.
-func globalFlags(fs *flag.FlagSet, o *options) {
-	fs.StringVar(&o.redisURL, "redis", o.redisURL, "Redis URL (env REDIS_URL)")
-	fs.StringVar(&o.prefix, "prefix", o.prefix, "key prefix of the approval store")
+func globalFlags(fs *flag.FlagSet, o *options, from string) {
+	fs.StringVar(&o.redisURL, "redis", o.redisURL, "Redis URL (default from "+from+")")
+	fs.StringVar(&o.prefix, "prefix", o.prefix, "prefix of Airlock's keys in Redis: the workers' -prefix")
 	fs.BoolVar(&o.json, "json", o.json, "print JSON")
 	fs.StringVar(&o.by, "by", o.by, "who decides (default: the login user)")
 }
@@ -124,27 +125,32 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "\nflags (before or after the command):")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
-	fmt.Fprintln(w, "\nexit status: 0 ok, 1 error, 3 not found, 4 decided already or expired")
+	fmt.Fprintln(w, "\nexit status: 0 ok, 1 error, 2 bad flags, command or arguments, 3 not found,\n4 decided already or expired. With -json, errors are printed on stdout as\n{\"error\", \"code\"}.")
 }
 
 func run(ctx context.Context, args []string, e *env) int {
-	o := &options{redisURL: os.Getenv("REDIS_URL"), prefix: approve.DefaultPrefix}
-	if o.redisURL == "" {
-		o.redisURL = defaultRedisURL
-	}
+	url, from := cli.DefaultRedis()
+	o := &options{redisURL: url, prefix: approve.DefaultPrefix}
 	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	globalFlags(fs, o)
-	fs.Usage = func() { usage(e.stderr, fs) }
-	if err := fs.Parse(args); err != nil {
+	globalFlags(fs, o, from)
+	fs.Usage = func() { usage(fs.Output(), fs) }
+	if err := cli.Parse(fs, args, e.stdout, e.stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
-		return exitError
+		return exitUsage
+	}
+	fail := func(name string, code int, err error) int {
+		// The store's errors start with its package name; the command
+		// says which command it was, once.
+		msg := strings.TrimPrefix(err.Error(), "approve: ")
+		msg = strings.TrimPrefix(msg, name+": ")
+		prog := strings.TrimSpace("approve " + name)
+		cli.PrintError(e.stdout, e.stderr, prog, o.json, errors.New(msg), "", code)
+		return code
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprintln(e.stderr, "approve: want a command: "+strings.Join(commandOrder, ", ")+" (see -h)")
-		return exitError
+		return fail("", exitUsage, errors.New("want a command: "+strings.Join(commandOrder, ", ")+" (see -h)"))
 	}
 	name := fs.Arg(0)
 	if name == "help" {
@@ -153,43 +159,38 @@ func run(ctx context.Context, args []string, e *env) int {
 	}
 	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(e.stderr, "approve: unknown command %q: want %s (see -h)\n", name, strings.Join(commandOrder, ", "))
-		return exitError
+		return fail("", exitUsage, fmt.Errorf("unknown command %q: want %s (see -h)", name, strings.Join(commandOrder, ", ")))
 	}
 	sub := flag.NewFlagSet("approve "+name, flag.ContinueOnError)
-	sub.SetOutput(e.stderr)
-	globalFlags(sub, o)
+	globalFlags(sub, o, from)
 	if cmd.flags != nil {
 		cmd.flags(sub, o)
 	}
 	sub.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: approve %s [flags]\n  %s\n\nflags:\n", strings.TrimSpace(name+" "+cmd.args), cmd.help)
+		fmt.Fprintf(sub.Output(), "usage: approve %s [flags]\n  %s\n\nflags:\n", strings.TrimSpace(name+" "+cmd.args), cmd.help)
 		sub.PrintDefaults()
 	}
-	pos, err := parseInterspersed(sub, fs.Args()[1:])
+	pos, err := parseInterspersed(sub, fs.Args()[1:], e)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
 	if err != nil {
-		return exitError // flag has printed the error and usage
+		return exitUsage // cli.Parse has said why
 	}
 	if len(pos) != cmd.nargs {
 		want := "no arguments"
 		if cmd.nargs == 1 {
 			want = "one argument, " + cmd.args
 		}
-		fmt.Fprintf(e.stderr, "approve %s: want %s, got %d (see approve %s -h)\n", name, want, len(pos), name)
-		return exitError
+		return fail(name, exitUsage, fmt.Errorf("want %s, got %d (see approve %s -h)", want, len(pos), name))
 	}
 	if strings.ContainsAny(o.prefix, "{}") {
-		fmt.Fprintf(e.stderr, "approve: -prefix %q: must not hold a brace\n", o.prefix)
-		return exitError
+		return fail(name, exitUsage, fmt.Errorf("-prefix %q: must not hold a brace", o.prefix))
 	}
-	c := &cli{env: e, o: o}
+	c := &session{env: e, o: o}
 	defer c.close()
 	if err := cmd.run(c, ctx, pos); err != nil {
-		fmt.Fprintf(e.stderr, "approve %s: %v\n", name, err)
-		return exitCode(err)
+		return fail(name, exitCode(err), err)
 	}
 	return exitOK
 }
@@ -197,10 +198,10 @@ func run(ctx context.Context, args []string, e *env) int {
 // parseInterspersed parses args with fs, allowing flags after positional
 // arguments (approve accept ID -comment ok), and returns the positional
 // arguments. Everything after "--" is positional.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+func parseInterspersed(fs *flag.FlagSet, args []string, e *env) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := cli.Parse(fs, args, e.stdout, e.stderr); err != nil {
 			return nil, err
 		}
 		rest := fs.Args()
@@ -216,8 +217,14 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// usageError is a bad flag value found by a command: exit 2.
+type usageError struct{ error }
+
 func exitCode(err error) int {
+	var u usageError
 	switch {
+	case errors.As(err, &u):
+		return exitUsage
 	case errors.Is(err, approve.ErrNotFound):
 		return exitNotFound
 	case errors.Is(err, approve.ErrAlreadyDecided):
@@ -226,15 +233,15 @@ func exitCode(err error) int {
 	return exitError
 }
 
-// cli is one run of a command.
-type cli struct {
+// session is one run of a command.
+type session struct {
 	*env
 	o     *options
 	rdb   *redis.Client
 	store *approve.Store
 }
 
-func (c *cli) connect() (*approve.Store, error) {
+func (c *session) connect() (*approve.Store, error) {
 	if c.store != nil {
 		return c.store, nil
 	}
@@ -247,14 +254,14 @@ func (c *cli) connect() (*approve.Store, error) {
 	return c.store, nil
 }
 
-func (c *cli) close() {
+func (c *session) close() {
 	if c.rdb != nil {
 		_ = c.rdb.Close()
 	}
 }
 
 // decider is who decides: -by, else the login user.
-func (c *cli) decider() (string, error) {
+func (c *session) decider() (string, error) {
 	if by := strings.TrimSpace(c.o.by); by != "" {
 		return by, nil
 	}
@@ -270,7 +277,7 @@ func (c *cli) decider() (string, error) {
 	return "", errors.New("cannot tell who you are: pass -by NAME")
 }
 
-func (c *cli) printJSON(v any) error {
+func (c *session) printJSON(v any) error {
 	enc := json.NewEncoder(c.stdout)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
@@ -284,7 +291,29 @@ type approvalJSON struct {
 	Result any `json:"result,omitempty"`
 }
 
+// listItem is an approval as list -json prints it: the summary a list
+// reads, nothing more (no empty run or artifacts standing in for what was
+// not read; show has them).
+type listItem struct {
+	ID         string        `json:"id"`
+	TaskID     string        `json:"task_id"`
+	RunID      string        `json:"run_id"`
+	Queue      string        `json:"queue"`
+	State      approve.State `json:"state"`
+	CreatedAt  time.Time     `json:"created_at"`
+	ExpiresAt  time.Time     `json:"expires_at,omitzero"`
+	Reasons    []string      `json:"reasons"`
+	DecidedBy  string        `json:"decided_by,omitempty"`
+	DecidedAt  time.Time     `json:"decided_at,omitzero"`
+	PromotedAt time.Time     `json:"promoted_at,omitzero"`
+}
+
 func asJSON(a *approve.Approval) approvalJSON {
+	if a.Artifacts == nil {
+		c := *a
+		c.Artifacts = []record.Artifact{}
+		a = &c
+	}
 	j := approvalJSON{Approval: a}
 	if len(a.Result) > 0 {
 		if json.Valid(a.Result) {
@@ -296,23 +325,30 @@ func asJSON(a *approve.Approval) approvalJSON {
 	return j
 }
 
-func (c *cli) list(ctx context.Context, _ []string) error {
+func (c *session) list(ctx context.Context, _ []string) error {
+	switch approve.State(c.o.state) {
+	case approve.StatePending, approve.StateAccepted, approve.StateRejected, approve.StateExpired, approve.StateAll:
+	default:
+		return usageError{fmt.Errorf("-state: unknown state %q: want pending, accepted, rejected, expired or all", c.o.state)}
+	}
 	st, err := c.connect()
 	if err != nil {
 		return err
 	}
-	as, err := st.List(ctx, c.o.state, c.o.limit)
+	as, err := st.List(ctx, approve.State(c.o.state), c.o.limit)
 	if err != nil {
 		return err
 	}
 	if c.o.json {
-		out := make([]approvalJSON, len(as))
+		out := make([]listItem, len(as))
 		for i, a := range as {
-			out[i] = asJSON(a)
+			out[i] = listItem{ID: a.ID, TaskID: a.TaskID, RunID: a.RunID, Queue: a.Run.Queue, State: a.State,
+				CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Reasons: a.Reasons, DecidedBy: a.DecidedBy,
+				DecidedAt: a.DecidedAt, PromotedAt: a.PromotedAt}
 		}
 		return c.printJSON(out)
 	}
-	if _, err := io.WriteString(c.stdout, formatList(as, c.o.state, c.now())); err != nil {
+	if _, err := io.WriteString(c.stdout, formatList(as, approve.State(c.o.state), c.now())); err != nil {
 		return err
 	}
 	if c.o.limit > 0 && len(as) == c.o.limit {
@@ -321,7 +357,7 @@ func (c *cli) list(ctx context.Context, _ []string) error {
 	return nil
 }
 
-func (c *cli) show(ctx context.Context, args []string) error {
+func (c *session) show(ctx context.Context, args []string) error {
 	st, err := c.connect()
 	if err != nil {
 		return err
@@ -342,7 +378,7 @@ func (c *cli) show(ctx context.Context, args []string) error {
 	return err
 }
 
-func (c *cli) accept(ctx context.Context, args []string) error {
+func (c *session) accept(ctx context.Context, args []string) error {
 	by, err := c.decider()
 	if err != nil {
 		return err
@@ -379,7 +415,7 @@ func (c *cli) accept(ctx context.Context, args []string) error {
 	return err
 }
 
-func (c *cli) enqueue(ctx context.Context, a *approve.Approval) error {
+func (c *session) enqueue(ctx context.Context, a *approve.Approval) error {
 	q := a.Run.Queue
 	if q == "" {
 		q = defaultQueue
@@ -387,7 +423,7 @@ func (c *cli) enqueue(ctx context.Context, a *approve.Approval) error {
 	return promote.Enqueue(ctx, asynq.NewClientFromRedisClient(c.rdb), q, a.ID)
 }
 
-func (c *cli) reject(ctx context.Context, args []string) error {
+func (c *session) reject(ctx context.Context, args []string) error {
 	if strings.TrimSpace(c.o.comment) == "" {
 		return errors.New("-comment TEXT is required: say why it is rejected")
 	}
@@ -413,7 +449,7 @@ func (c *cli) reject(ctx context.Context, args []string) error {
 	return err
 }
 
-func (c *cli) watch(ctx context.Context, _ []string) error {
+func (c *session) watch(ctx context.Context, _ []string) error {
 	st, err := c.connect()
 	if err != nil {
 		return err
@@ -433,7 +469,7 @@ func (c *cli) watch(ctx context.Context, _ []string) error {
 	return err
 }
 
-func (c *cli) history(ctx context.Context, args []string) error {
+func (c *session) history(ctx context.Context, args []string) error {
 	st, err := c.connect()
 	if err != nil {
 		return err

@@ -4,17 +4,18 @@
 //	enqueue [flags] SPEC.json|-
 //
 // Without -wait it prints the task id. With -wait it prints the run record
-// as one JSON object once the task reaches a final state. It exits 0 when
-// the task was enqueued (or, with -wait, finished, whatever its verdict), 2
-// when the spec was rejected, 1 on any other error.
+// as one JSON object once the run is parked or done. It exits 0 when the
+// task was enqueued (or, with -wait, finished, whatever its verdict), 2 on
+// bad flags or a rejected spec, 1 on any other error. See enqueue -h.
 package main
 
 import (
 	"context"
-	"github.com/airlock-run/airlock/internal/redislog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/airlock-run/airlock/internal/redislog"
 )
 
 func main() {

@@ -11,18 +11,16 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/tasks"
 )
 
 // Exit codes of Run.
 const (
-	exitOK       = 0 // enqueued, or finished with -wait whatever the verdict
-	exitError    = 1 // anything else: usage, Redis, timeout
-	exitRejected = 2 // the spec was rejected
+	exitOK       = cli.ExitOK    // enqueued, or finished with -wait whatever the verdict
+	exitError    = cli.ExitError // Redis, a timeout, anything else
+	exitRejected = cli.ExitUsage // bad flags, or the spec was rejected
 )
-
-// defaultRedisURL is the Redis used when neither -redis nor $REDIS_URL is.
-const defaultRedisURL = "redis://127.0.0.1:6379/0"
 
 // readSlack is how much larger than the payload cap the spec file may be:
 // its JSON is re-encoded without whitespace before the cap applies.
@@ -31,100 +29,131 @@ const readSlack = 1 << 20
 // options are the command's flags and argument.
 type options struct {
 	redisURL    string
+	prefix      string
 	wait        waitMode
 	waitTimeout time.Duration
 	retention   time.Duration
 	queue       string
+	waitID      string
+	json        bool
 	specPath    string
 }
+
+const usageText = `usage: enqueue [flags] SPEC.json|-     enqueue a spec (- reads it from stdin)
+       enqueue [flags] -wait-id TASK_ID  wait for (or read) a task already enqueued
+
+Without -wait it prints the task id (with -json: {"task_id", "queue",
+"run_id", "duplicate"}). With -wait it prints the run record as one JSON
+object once the run is parked or done; -wait=final waits through the
+approval. Errors go to stderr, or with -json to stdout as {"error", "field",
+"code"}.
+
+exit status: 0 enqueued (or, with -wait, done whatever its verdict),
+1 error (Redis, -wait-timeout...), 2 bad flags or a rejected spec
+
+flags:
+`
 
 // Run runs the command with args (without the program name) and returns its
 // exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	o, err := parseFlags(args, stdout, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
 		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "enqueue:", err)
-		return exitError
+	case errors.Is(err, cli.ErrUsage):
+		return exitRejected
+	case err != nil:
+		cli.PrintError(stdout, stderr, "enqueue", o.json, err, "", exitRejected)
+		return exitRejected
 	}
 	if err := run(ctx, o, stdin, stdout, stderr); err != nil {
 		var fe *tasks.FieldError
 		if tasks.IsInvalid(err) && errors.As(err, &fe) {
-			fmt.Fprintln(stderr, "enqueue: spec rejected:", fe.Error())
+			cli.PrintError(stdout, stderr, "enqueue", o.json, fmt.Errorf("spec rejected: %s", fe.Error()), fe.Field, exitRejected)
 			return exitRejected
 		}
-		fmt.Fprintln(stderr, "enqueue:", err)
+		cli.PrintError(stdout, stderr, "enqueue", o.json, err, "", exitError)
 		return exitError
 	}
 	return exitOK
 }
 
-func parseFlags(args []string, stderr io.Writer) (options, error) {
+func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: enqueue [flags] SPEC.json   (- reads the spec from stdin)")
+		fmt.Fprint(fs.Output(), usageText)
 		fs.PrintDefaults()
 	}
-	redisURL := os.Getenv("REDIS_URL")
-	if redisURL == "" {
-		redisURL = defaultRedisURL
-	}
-	fs.StringVar(&o.redisURL, "redis", redisURL, "Redis URL (env REDIS_URL)")
-	fs.Var(&o.wait, "wait", "wait and print the run record as one JSON object: -wait returns once the run is parked or final, -wait=final waits through the approval")
+	redisURL, from := cli.DefaultRedis()
+	fs.StringVar(&o.redisURL, "redis", redisURL, "Redis URL (default from "+from+")")
+	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis: the workers' -prefix")
+	fs.Var(&o.wait, "wait", "wait and print the run record as one JSON object: -wait returns once the run is parked or done, -wait=final waits through the approval")
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", 5*time.Minute, "with -wait, give up after this long")
 	fs.DurationVar(&o.retention, "retention", airlock.DefaultRetention, "how long the run record is kept after the task ends")
-	fs.StringVar(&o.queue, "queue", "", "queue to enqueue in, overriding the spec's queue")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, fmt.Errorf("%w (see -h)", err)
+	fs.StringVar(&o.queue, "queue", "", "queue to enqueue in, overriding the spec's queue (with -wait-id: the task's queue, default \"default\")")
+	fs.StringVar(&o.waitID, "wait-id", "", "wait for the task with this id, already enqueued, and print its record (implies -wait)")
+	fs.BoolVar(&o.json, "json", false, "print JSON: the enqueued task, and errors as {\"error\", \"field\", \"code\"}")
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
+		return o, err
 	}
-	if fs.NArg() != 1 {
+	switch {
+	case o.waitID != "" && fs.NArg() != 0:
+		return o, errors.New("-wait-id takes no spec (see -h)")
+	case o.waitID == "" && fs.NArg() != 1:
 		return o, errors.New("want one argument, the spec file or - for stdin (see -h)")
-	}
-	if o.waitTimeout <= 0 {
+	case o.waitTimeout <= 0:
 		return o, errors.New("-wait-timeout: must be positive")
-	}
-	if o.retention <= 0 {
+	case o.retention <= 0:
 		return o, errors.New("-retention: must be positive (the run record must be kept to be read)")
+	}
+	if o.waitID != "" {
+		if o.wait == "" {
+			o.wait = "true"
+		}
+		if o.queue == "" {
+			o.queue = "default"
+		}
+		return o, nil
 	}
 	o.specPath = fs.Arg(0)
 	return o, nil
 }
 
 func run(ctx context.Context, o options, stdin io.Reader, stdout, stderr io.Writer) error {
-	data, err := readSpec(o.specPath, stdin, tasks.DefaultMaxPayload)
-	if err != nil {
-		return err
-	}
-	spec, err := tasks.Decode(data)
-	if err != nil {
-		return err
-	}
-	if o.queue != "" {
-		spec.Queue = o.queue
-	}
-	c, err := airlock.Dial(o.redisURL, airlock.ClientOptions{Retention: o.retention})
+	c, err := airlock.Dial(o.redisURL, airlock.ClientOptions{Retention: o.retention, Prefix: o.prefix})
 	if err != nil {
 		return fmt.Errorf("-redis: %w", err)
 	}
 	defer c.Close()
-	enq, err := c.Enqueue(ctx, spec)
-	if err != nil {
-		return err
-	}
-	if enq.Duplicate {
-		fmt.Fprintf(stderr, "enqueue: duplicate: idempotency_key %q matches task %s (run_id %s) in queue %q; nothing enqueued\n",
-			spec.IdempotencyKey, enq.TaskID, enq.RunID, enq.Queue)
-	}
-	if o.wait == "" {
-		_, err := fmt.Fprintln(stdout, enq.TaskID)
-		return err
+	enq := airlock.Enqueued{TaskID: o.waitID, Queue: o.queue}
+	if o.waitID == "" {
+		data, err := readSpec(o.specPath, stdin, tasks.DefaultMaxPayload)
+		if err != nil {
+			return err
+		}
+		spec, err := tasks.Decode(data)
+		if err != nil {
+			return err
+		}
+		if o.queue != "" {
+			spec.Queue = o.queue
+		}
+		if enq, err = c.Enqueue(ctx, spec); err != nil {
+			return err
+		}
+		if enq.Duplicate && !o.json {
+			fmt.Fprintf(stderr, "enqueue: duplicate: idempotency_key %q matches task %s (run_id %s) in queue %q; nothing enqueued\n",
+				spec.IdempotencyKey, enq.TaskID, enq.RunID, enq.Queue)
+		}
+		if o.wait == "" {
+			if o.json {
+				return writeJSON(stdout, enqueuedJSON{TaskID: enq.TaskID, Queue: enq.Queue, RunID: enq.RunID, Duplicate: enq.Duplicate})
+			}
+			_, err := fmt.Fprintln(stdout, enq.TaskID)
+			return err
+		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, o.waitTimeout)
 	defer cancel()
@@ -134,16 +163,29 @@ func run(ctx context.Context, o options, stdin io.Reader, stdout, stderr io.Writ
 	}
 	rec, err := wait(wctx, enq.Queue, enq.TaskID)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		return fmt.Errorf("no final state within -wait-timeout %s: %w", o.waitTimeout, err)
+		return fmt.Errorf("task %s not done within -wait-timeout %s: %w", enq.TaskID, o.waitTimeout, err)
 	}
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(rec)
+	return writeJSON(stdout, rec)
+}
+
+// enqueuedJSON is what -json prints for an enqueued spec.
+type enqueuedJSON struct {
+	TaskID    string `json:"task_id"`
+	Queue     string `json:"queue"`
+	RunID     string `json:"run_id"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// writeJSON prints v as one line of JSON.
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	_, err = stdout.Write(append(b, '\n'))
+	_, err = w.Write(append(b, '\n'))
 	return err
 }
 

@@ -13,14 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
+	"go.uber.org/goleak"
+
 	"github.com/airlock-run/airlock/internal/queuepolicy"
 	"github.com/airlock-run/airlock/internal/redistest"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
-	"github.com/google/go-cmp/cmp"
-	"github.com/hibiken/asynq"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()...) }
@@ -101,7 +102,7 @@ func TestRejected(t *testing.T) {
 			q := redistest.Queue(t)
 			p := limits.DefaultPolicy()
 			p.Default.Processes, p.Max.Processes = 10, 10
-			if err := queuepolicy.Publish(context.Background(), redistest.Client(t), []string{q}, p); err != nil {
+			if err := queuepolicy.Publish(context.Background(), redistest.Client(t), "", []string{q}, p); err != nil {
 				t.Fatal(err)
 			}
 			for _, path := range []string{"", "-"} {
@@ -174,7 +175,7 @@ func TestDuplicate(t *testing.T) {
 
 // fakeWorker serves q, storing a record of state and verdict and returning
 // ret.
-func fakeWorker(t *testing.T, q, state, verdict string, ret error) {
+func fakeWorker(t *testing.T, q string, state record.State, verdict record.Verdict, ret error) {
 	redistest.Serve(t, q, func(ctx context.Context, task *asynq.Task) error {
 		var s tasks.Spec
 		if err := json.Unmarshal(task.Payload(), &s); err != nil {
@@ -195,9 +196,11 @@ func fakeWorker(t *testing.T, q, state, verdict string, ret error) {
 func TestWait(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name, state, verdict string
-		ret                  error
-		list                 func(*asynq.Inspector, string) ([]*asynq.TaskInfo, error)
+		name    string
+		state   record.State
+		verdict record.Verdict
+		ret     error
+		list    func(*asynq.Inspector, string) ([]*asynq.TaskInfo, error)
 	}{
 		{"completed", record.StateCompleted, record.VerdictOK, nil,
 			func(i *asynq.Inspector, q string) ([]*asynq.TaskInfo, error) { return i.ListCompletedTasks(q) }},
@@ -230,6 +233,12 @@ func TestWait(t *testing.T) {
 			if diff := cmp.Diff(want, rec); diff != "" || rec.RunID == "" {
 				t.Errorf("record (-want +got):\n%s", diff)
 			}
+			// -wait-id reads the same record back for the task's id.
+			again := runArgs(t, "", "-redis", redistest.URL(t), "-queue", q, "-wait-id", rec.TaskID, "-wait-timeout", "20s")
+			var rec2 record.Run
+			if err := json.Unmarshal([]byte(again.Stdout), &rec2); err != nil || again.Code != 0 || rec2.TaskID != rec.TaskID {
+				t.Errorf("-wait-id %s: got %+v", rec.TaskID, again)
+			}
 		})
 	}
 }
@@ -238,7 +247,7 @@ func TestWaitTimeout(t *testing.T) {
 	t.Parallel()
 	q := redistest.Queue(t)
 	got := enqueueCmd(t, validSpec, "", "-queue", q, "-wait", "-wait-timeout", "50ms") // no worker
-	if got.Code != 1 || got.Stdout != "" || !strings.HasPrefix(got.Stderr, "enqueue: no final state within -wait-timeout 50ms: ") ||
+	if got.Code != 1 || got.Stdout != "" || !strings.Contains(got.Stderr, "not done within -wait-timeout 50ms: ") ||
 		!strings.Contains(got.Stderr, "still pending") {
 		t.Errorf("got %+v, want exit 1 naming -wait-timeout and the pending state", got)
 	}
@@ -266,21 +275,40 @@ func TestRedisErrors(t *testing.T) {
 func TestUsage(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		args   []string
-		code   int
-		stderr string
+		args           []string
+		code           int
+		stdout, stderr string
 	}{
-		{nil, 1, "enqueue: want one argument, the spec file or - for stdin (see -h)\n"},
-		{[]string{"a.json", "b.json"}, 1, "enqueue: want one argument, the spec file or - for stdin (see -h)\n"},
-		{[]string{"-wait-timeout", "0", "-"}, 1, "enqueue: -wait-timeout: must be positive\n"},
-		{[]string{"/nonexistent/spec.json"}, 1, "enqueue: open /nonexistent/spec.json: no such file or directory\n"},
-		{[]string{"-bogus", "-"}, 1, "flag provided but not defined: -bogus\n"},
-		{[]string{"-h"}, 0, "usage: enqueue [flags] SPEC.json"},
+		{nil, 2, "", "enqueue: want one argument, the spec file or - for stdin (see -h)\n"},
+		{[]string{"a.json", "b.json"}, 2, "", "enqueue: want one argument, the spec file or - for stdin (see -h)\n"},
+		{[]string{"-wait-timeout", "0", "-"}, 2, "", "enqueue: -wait-timeout: must be positive\n"},
+		{[]string{"-wait-id", "t1", "spec.json"}, 2, "", "enqueue: -wait-id takes no spec (see -h)\n"},
+		{[]string{"/nonexistent/spec.json"}, 1, "", "enqueue: open /nonexistent/spec.json: no such file or directory\n"},
+		// An unknown flag is said once, with no usage dump.
+		{[]string{"-bogus", "-"}, 2, "", "enqueue: flag provided but not defined: -bogus (see enqueue -h)\n"},
+		// -h prints the usage on stdout and exits 0.
+		{[]string{"-h"}, 0, "usage: enqueue [flags] SPEC.json|-", ""},
+		// -json errors are JSON on stdout.
+		{[]string{"-json", "-wait-timeout", "0", "-"}, 2, `{"error":"-wait-timeout: must be positive","code":2}` + "\n", ""},
 	} {
 		got := runArgs(t, "", tc.args...)
-		if got.Code != tc.code || !strings.Contains(got.Stderr, tc.stderr) {
-			t.Errorf("args %q: got %+v, want exit %d and stderr with %q", tc.args, got, tc.code, tc.stderr)
+		if got.Code != tc.code || !strings.Contains(got.Stdout, tc.stdout) || (tc.stderr == "" && got.Stderr != "") || !strings.Contains(got.Stderr, tc.stderr) {
+			t.Errorf("args %q: got %+v, want exit %d, stdout with %q and stderr %q", tc.args, got, tc.code, tc.stdout, tc.stderr)
 		}
+	}
+}
+
+// TestJSONRejected: a rejected spec under -json is an error object naming
+// the field.
+func TestJSONRejected(t *testing.T) {
+	t.Parallel()
+	got := runArgs(t, `{"version": 1, "steps": [{"run": ["true"], "tiemout": "1s"}]}`, "-json", "-queue", redistest.Queue(t), "-")
+	var e struct {
+		Error, Field string
+		Code         int
+	}
+	if err := json.Unmarshal([]byte(got.Stdout), &e); err != nil || got.Code != 2 || e.Field != "steps[0].tiemout" || e.Code != 2 || got.Stderr != "" {
+		t.Errorf("got %+v (%+v, %v), want exit 2 and a JSON error naming steps[0].tiemout", got, e, err)
 	}
 }
 

@@ -1,10 +1,11 @@
-// Command worker runs Airlock's worker: it takes task specs off Redis
-// (asynq), runs their steps confined in fresh workspaces and stores a run
-// record per task. See the README for flags and isolation tiers.
+//go:build linux
+
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-run/airlock/contract"
+	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/internal/sandbox"
 )
 
@@ -24,12 +26,18 @@ func main() {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(cli.ExitOK)
+	case errors.Is(err, cli.ErrUsage):
+		os.Exit(cli.ExitUsage) // said once by cli.Parse
+	case err != nil:
 		msg := err.Error()
 		if !strings.HasPrefix(msg, "worker:") {
 			msg = "worker: " + msg
 		}
 		fmt.Fprintln(os.Stderr, msg)
-		os.Exit(1)
+		os.Exit(cli.ExitError)
 	}
 }

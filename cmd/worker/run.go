@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -14,8 +16,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/contract"
+	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/internal/devredis"
 	"github.com/airlock-run/airlock/internal/redislog"
 	"github.com/airlock-run/airlock/limits"
@@ -23,8 +29,6 @@ import (
 	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/airlock-run/airlock/worker"
-	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 )
 
 // options are the worker's flags.
@@ -34,7 +38,7 @@ type options struct {
 	concurrency, maxPayload                                     int
 	timeout, maxTimeout, checkInterval, shutdownTimeout, grace  time.Duration
 	allowNetwork, landlock, dev                                 bool
-	policyFile, storeDir, cgroupMode, storeGroup                string
+	policyFile, storeDir, cgroupMode, storeGroup, prefix        string
 	approvalTTL, sweepInterval                                  time.Duration
 	maxArtifacts                                                int
 	maxArtifactBytes, maxResultBytes, maxStaged                 string
@@ -52,8 +56,22 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o options
 	def := limits.DefaultPolicy()
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: worker [flags]
+
+Runs Airlock's worker: takes task specs off Redis, runs their steps
+confined, checks and parks or promotes their output. Linux only; strict
+isolation needs root. -dev runs with an embedded Redis and a demo task.
+
+exit status: 0 stopped by SIGINT/SIGTERM (or -h), 1 error (isolation tier
+missing in strict mode, Redis, a bad policy file...), 2 bad flags
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env REDIS_URL)")
+	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis (approvals, events, published limits); clients and CLIs must use the same")
 	fs.IntVar(&o.concurrency, "concurrency", 2, "tasks run at once (one slot, uid and helper each)")
 	fs.StringVar(&o.queues, "queues", "default=1", "queues and priorities: name=priority,...")
 	fs.StringVar(&o.root, "workspace-root", "", "directory of per-task workspaces (default /var/lib/airlock/workspaces as root)")
@@ -85,7 +103,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn, error")
 	fs.BoolVar(&o.dev, "dev", false, "dev mode: embedded Redis, best-effort isolation, a demo task")
 	fs.StringVar(&o.devAddr, "dev-addr", "127.0.0.1:6379", "address of the embedded Redis in dev mode")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -113,7 +131,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if !explicit["isolation"] {
 			o.isolation = worker.BestEffort
 		}
-		log.Info().Str("redis", o.redisURL).Msg("dev mode: embedded Redis; enqueue with -redis " + o.redisURL)
+		removeURL, err := cli.WriteDevURL(o.redisURL)
+		if err != nil {
+			return fmt.Errorf("dev mode: %w", err)
+		}
+		defer removeURL()
+		log.Info().Str("redis", o.redisURL).Str("url_file", cli.DevURLFile()).
+			Msg("dev mode: embedded Redis; enqueue and approve in another shell use it by default (or: export REDIS_URL=" + o.redisURL + ")")
 	}
 	cfg, err := o.config(log)
 	if err != nil {
@@ -131,7 +155,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if o.dev {
-		go demo(ctx, rdb, stdout, log)
+		go demo(ctx, rdb, o.prefix, stdout, log)
 	}
 	err = w.Run(ctx)
 	if n := logOut.dropped.Load(); n > 0 {
@@ -188,7 +212,7 @@ func (o *options) config(log zerolog.Logger) (worker.Config, error) {
 		}
 	}
 	return worker.Config{
-		RiskPolicy: risk, Sink: sink, ApprovalTTL: o.approvalTTL,
+		Prefix: o.prefix, RiskPolicy: risk, Sink: sink, ApprovalTTL: o.approvalTTL,
 		SweepInterval: o.sweepInterval, MaxStaged: int64(sizes[2]),
 		Artifacts:   contract.Limits{MaxCount: o.maxArtifacts, MaxBytes: int64(sizes[0]), MaxResult: int64(sizes[1])},
 		Concurrency: o.concurrency, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
@@ -287,6 +311,7 @@ func envOr(k, def string) string {
 // file and writes a JSON result.
 const demoSpec = `{
   "version": 1,
+  "run_id": "demo",
   "action": "demo.count-words",
   "files": {
     "in/words.txt": "airlock runs agent actions as bounded jobs\n",
@@ -304,8 +329,8 @@ const demoSpec = `{
 }`
 
 // demo enqueues demoSpec, waits for its record and prints it.
-func demo(ctx context.Context, rdb redis.UniversalClient, stdout io.Writer, log zerolog.Logger) {
-	c := airlock.NewClient(rdb, airlock.ClientOptions{})
+func demo(ctx context.Context, rdb redis.UniversalClient, prefix string, stdout io.Writer, log zerolog.Logger) {
+	c := airlock.NewClient(rdb, airlock.ClientOptions{Prefix: prefix})
 	spec, err := tasks.Decode([]byte(demoSpec))
 	if err == nil {
 		var e airlock.Enqueued
@@ -318,7 +343,7 @@ func demo(ctx context.Context, rdb redis.UniversalClient, stdout io.Writer, log 
 				enc := json.NewEncoder(stdout)
 				enc.SetIndent("", "  ")
 				_ = enc.Encode(rec)
-				ev := log.Info().Str("state", rec.State).Str("verdict", rec.Verdict)
+				ev := log.Info().Str("state", string(rec.State)).Str("verdict", string(rec.Verdict))
 				if rec.ApprovalID != "" {
 					ev = ev.Str("approval_id", rec.ApprovalID).Str("next", "approve accept "+rec.ApprovalID)
 				}

@@ -16,21 +16,26 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/airlock-run/airlock/limits"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/limits"
 )
 
-// KeyPrefix is the prefix of the Redis keys that hold published policies.
-const KeyPrefix = "airlock:policy:"
-
-// Key is the Redis key that holds the policy published for queue.
-func Key(queue string) string { return KeyPrefix + queue }
+// Key is the Redis key that holds the policy published for queue:
+// <prefix>policy:<queue>, with prefix "" meaning "airlock:".
+func Key(prefix, queue string) string {
+	if prefix == "" {
+		prefix = events.DefaultPrefix
+	}
+	return prefix + "policy:" + queue
+}
 
 // Publish stores p as the policy of each queue (JSON, SET, no expiry),
 // replacing what an earlier worker published: the last worker to start
 // wins. It fails without writing anything when p is incoherent
 // (limits.Policy.Check).
-func Publish(ctx context.Context, rdb redis.UniversalClient, queues []string, p limits.Policy) error {
+func Publish(ctx context.Context, rdb redis.UniversalClient, prefix string, queues []string, p limits.Policy) error {
 	if len(queues) == 0 {
 		return errors.New("queuepolicy: no queue to publish the policy for")
 	}
@@ -43,7 +48,7 @@ func Publish(ctx context.Context, rdb redis.UniversalClient, queues []string, p 
 	}
 	_, err = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, q := range queues {
-			pipe.Set(ctx, Key(q), b, 0)
+			pipe.Set(ctx, Key(prefix, q), b, 0)
 		}
 		return nil
 	})
@@ -56,8 +61,8 @@ func Publish(ctx context.Context, rdb redis.UniversalClient, queues []string, p 
 // Load returns the policy published for queue, and false (with a nil error)
 // when no worker published one. A published value that is not a coherent
 // policy is an error naming its key.
-func Load(ctx context.Context, rdb redis.UniversalClient, queue string) (limits.Policy, bool, error) {
-	b, err := rdb.Get(ctx, Key(queue)).Bytes()
+func Load(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) (limits.Policy, bool, error) {
+	b, err := rdb.Get(ctx, Key(prefix, queue)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return limits.Policy{}, false, nil
 	}
@@ -66,10 +71,10 @@ func Load(ctx context.Context, rdb redis.UniversalClient, queue string) (limits.
 	}
 	var p limits.Policy
 	if err := json.Unmarshal(b, &p); err != nil {
-		return limits.Policy{}, false, fmt.Errorf("queuepolicy: key %s does not hold a policy: %w (delete it, then restart the queue's workers)", Key(queue), err)
+		return limits.Policy{}, false, fmt.Errorf("queuepolicy: key %s does not hold a policy: %w (delete it, then restart the queue's workers)", Key(prefix, queue), err)
 	}
 	if err := p.Check(); err != nil {
-		return limits.Policy{}, false, fmt.Errorf("queuepolicy: key %s holds an incoherent policy: %w (delete it, then restart the queue's workers)", Key(queue), err)
+		return limits.Policy{}, false, fmt.Errorf("queuepolicy: key %s holds an incoherent policy: %w (delete it, then restart the queue's workers)", Key(prefix, queue), err)
 	}
 	return p, true, nil
 }

@@ -6,18 +6,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
 	"github.com/airlock-run/airlock/internal/queuepolicy"
 	"github.com/airlock-run/airlock/internal/redistest"
 	"github.com/airlock-run/airlock/limits"
-	"github.com/google/go-cmp/cmp"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()...) }
 
 func TestKey(t *testing.T) {
-	if got, want := queuepolicy.Key("reports"), "airlock:policy:reports"; got != want {
+	if got, want := queuepolicy.Key("", "reports"), "airlock:policy:reports"; got != want {
 		t.Errorf("Key = %q, want %q", got, want)
+	}
+	if got, want := queuepolicy.Key("team-a:", "reports"), "team-a:policy:reports"; got != want {
+		t.Errorf("Key with a prefix = %q, want %q", got, want)
 	}
 }
 
@@ -31,32 +35,32 @@ func TestPublishLoad(t *testing.T) {
 	p.Max.Memory = 1 << 30
 	p.MaxTimeout = limits.Duration(5 * time.Minute)
 	p.AllowNetwork = true
-	if err := queuepolicy.Publish(ctx, rdb, []string{q1, q2}, p); err != nil {
+	if err := queuepolicy.Publish(ctx, rdb, "", []string{q1, q2}, p); err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range []string{q1, q2} {
-		got, ok, err := queuepolicy.Load(ctx, rdb, q)
+		got, ok, err := queuepolicy.Load(ctx, rdb, "", q)
 		if err != nil || !ok {
 			t.Fatalf("Load(%s) = _, %v, %v; want the published policy", q, ok, err)
 		}
 		if diff := cmp.Diff(p, got); diff != "" {
 			t.Errorf("Load(%s) (-want +got):\n%s", q, diff)
 		}
-		if ttl := rdb.TTL(ctx, queuepolicy.Key(q)).Val(); ttl != -1 {
-			t.Errorf("TTL of %s = %v, want none", queuepolicy.Key(q), ttl)
+		if ttl := rdb.TTL(ctx, queuepolicy.Key("", q)).Val(); ttl != -1 {
+			t.Errorf("TTL of %s = %v, want none", queuepolicy.Key("", q), ttl)
 		}
 	}
 
 	// The last worker to publish wins.
 	later := limits.DefaultPolicy()
-	if err := queuepolicy.Publish(ctx, rdb, []string{q1}, later); err != nil {
+	if err := queuepolicy.Publish(ctx, rdb, "", []string{q1}, later); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, _ := queuepolicy.Load(ctx, rdb, q1); !cmp.Equal(later, got) {
+	if got, _, _ := queuepolicy.Load(ctx, rdb, "", q1); !cmp.Equal(later, got) {
 		t.Errorf("Load after a second Publish = %+v, want the later policy", got)
 	}
 
-	got, ok, err := queuepolicy.Load(ctx, rdb, none)
+	got, ok, err := queuepolicy.Load(ctx, rdb, "", none)
 	if err != nil || ok || !cmp.Equal(limits.Policy{}, got) {
 		t.Errorf("Load of a queue without policy = %+v, %v, %v; want zero, false, nil", got, ok, err)
 	}
@@ -67,16 +71,16 @@ func TestPublishRejects(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Client(t)
 	q := redistest.Queue(t)
-	if err := queuepolicy.Publish(ctx, rdb, nil, limits.DefaultPolicy()); err == nil {
+	if err := queuepolicy.Publish(ctx, rdb, "", nil, limits.DefaultPolicy()); err == nil {
 		t.Error("Publish to no queue: no error")
 	}
 	bad := limits.DefaultPolicy()
 	bad.Default.Memory = bad.Max.Memory + 1
-	err := queuepolicy.Publish(ctx, rdb, []string{q}, bad)
+	err := queuepolicy.Publish(ctx, rdb, "", []string{q}, bad)
 	if err == nil || !strings.Contains(err.Error(), "default.memory") {
 		t.Errorf("Publish of an incoherent policy: err = %v, want one naming default.memory", err)
 	}
-	if n := rdb.Exists(ctx, queuepolicy.Key(q)).Val(); n != 0 {
+	if n := rdb.Exists(ctx, queuepolicy.Key("", q)).Val(); n != 0 {
 		t.Errorf("an incoherent policy was published")
 	}
 }
@@ -91,11 +95,11 @@ func TestLoadBad(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			q := redistest.Queue(t)
-			if err := rdb.Set(ctx, queuepolicy.Key(q), value, 0).Err(); err != nil {
+			if err := rdb.Set(ctx, queuepolicy.Key("", q), value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			_, ok, err := queuepolicy.Load(ctx, rdb, q)
-			if err == nil || ok || !strings.Contains(err.Error(), queuepolicy.Key(q)) {
+			_, ok, err := queuepolicy.Load(ctx, rdb, "", q)
+			if err == nil || ok || !strings.Contains(err.Error(), queuepolicy.Key("", q)) {
 				t.Errorf("Load = _, %v, %v; want an error naming the key", ok, err)
 			}
 		})

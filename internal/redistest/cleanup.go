@@ -29,7 +29,7 @@ func deleteQueue(url, q string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	keys := []string{queuepolicy.Key(q)}
+	keys := []string{queuepolicy.Key("", q)}
 	iter := c.Scan(ctx, 0, "asynq:{"+q+"}:*", 1000).Iterator()
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())

@@ -64,7 +64,7 @@ func TestQueueCleanup(t *testing.T) {
 		if _, err := c.Enqueue(asynq.NewTask("test", nil), asynq.Queue(q), asynq.ProcessIn(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-		if err := queuepolicy.Publish(ctx, rdb, []string{q}, limits.DefaultPolicy()); err != nil {
+		if err := queuepolicy.Publish(ctx, rdb, "", []string{q}, limits.DefaultPolicy()); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -63,7 +62,7 @@ func tryRedisServer(path string) (string, error) {
 		"--save", "", "--appendonly", "no",
 		"--dir", os.TempDir(), "--loglevel", "warning")
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = dieWithParent()
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("starting %s: %w", path, err)
 	}

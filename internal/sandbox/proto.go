@@ -1,3 +1,5 @@
+//go:build linux
+
 package sandbox
 
 import (
@@ -8,7 +10,6 @@ import (
 	"io"
 	"net"
 
-	"github.com/airlock-run/airlock/limits"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,11 +29,11 @@ type request struct {
 // runRequest asks the helper to run one step. The helper finds the
 // program and runs it in the workspace, as the step sees them.
 type runRequest struct {
-	Argv      []string        `json:"argv"`
-	Env       []string        `json:"env"`
-	Rlimits   []limits.Rlimit `json:"rlimits"`
-	TimeoutNS int64           `json:"timeout_ns"`
-	GraceNS   int64           `json:"grace_ns"`
+	Argv      []string `json:"argv"`
+	Env       []string `json:"env"`
+	Rlimits   []Rlimit `json:"rlimits"`
+	TimeoutNS int64    `json:"timeout_ns"`
+	GraceNS   int64    `json:"grace_ns"`
 }
 
 // hello is the helper's first message: what confinement it could apply.

@@ -1,4 +1,6 @@
-package contract
+//go:build linux
+
+package collect
 
 import (
 	"crypto/sha256"
@@ -14,19 +16,19 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tmpfs"
 )
 
 // maxListEntries bounds the entries listed below the directory of each glob;
-// a tree with more is an error (ErrTooManyArtifacts), not a partial match.
+// a tree with more is an error (contract.ErrTooManyArtifacts), not a partial match.
 const maxListEntries = 100_000
 
 // Collected is what CollectArtifacts found.
 type Collected struct {
 	// Artifacts are the regular files that match, sorted by Name.
-	Artifacts []approve.Artifact
+	Artifacts []record.Artifact
 	// Data holds the content of each artifact, by Name.
 	Data map[string][]byte
 	// Refused are the entries that match a glob but were not taken, sorted
@@ -46,46 +48,6 @@ func (c *Collected) Bytes() int64 {
 	return n
 }
 
-// CheckGlob reports whether g can be an artifact glob: a clean relative
-// path whose components are path.Match patterns, matched against the
-// workspace-relative path of each file, e.g. "out/*.csv" or "out/*/*.json".
-// A "*" never matches a "/", and "**" is not supported (it would silently
-// act as "*"): name each level. Errors match ErrBadGlob.
-func CheckGlob(g string) error {
-	switch {
-	case g == "" || g == "." || strings.HasPrefix(g, "/") || path.Clean(g) != g:
-		return fmt.Errorf("%w %q: want a clean relative path such as out/*.csv", ErrBadGlob, g)
-	case strings.Contains(g, "**"):
-		return fmt.Errorf(`%w %q: "**" is not supported; "*" matches within one directory, so name each level (out/*/*.csv)`, ErrBadGlob, g)
-	case strings.ContainsRune(g, 0):
-		return fmt.Errorf("%w %q: contains a NUL byte", ErrBadGlob, g)
-	}
-	for _, c := range strings.Split(g, "/") {
-		if c == ".." {
-			return fmt.Errorf("%w %q: leaves the workspace", ErrBadGlob, g)
-		}
-	}
-	if _, err := path.Match(g, ""); err != nil {
-		return fmt.Errorf("%w %q: %v", ErrBadGlob, g, err)
-	}
-	return nil
-}
-
-// globDir returns the directory below which the files matching g are: its
-// leading components that hold no pattern character, or "." when the first
-// one does.
-func globDir(g string) string {
-	comps := strings.Split(g, "/")
-	n := 0
-	for n < len(comps)-1 && !strings.ContainsAny(comps[n], `*?[\`) {
-		n++
-	}
-	if n == 0 {
-		return "."
-	}
-	return strings.Join(comps[:n], "/")
-}
-
 // CollectArtifacts finds the files of the workspace that match globs (see
 // CheckGlob) and reads them.
 //
@@ -97,18 +59,18 @@ func globDir(g string) string {
 // for reading; matching directories are ignored. Each file is read with
 // Workspace.ReadFile.
 //
-// More than lim.MaxCount matching files is ErrTooManyArtifacts; more than
-// lim.MaxBytes in all is ErrArtifactsTooLarge (checked on the listed sizes
+// More than lim.MaxCount matching files is contract.ErrTooManyArtifacts; more than
+// lim.MaxBytes in all is contract.ErrArtifactsTooLarge (checked on the listed sizes
 // before anything is read, and again on what is read); both errors name the
 // numbers. Each artifact has its Name (the workspace-relative path), Bytes,
 // SHA256 (hex) and ContentType: "application/json" for a .json file that
 // holds valid JSON, "text/csv; charset=utf-8" for a .csv file that is valid
 // UTF-8, otherwise net/http.DetectContentType of its first 512 bytes.
 // Errors do not name the spec's field: the caller says "output.artifacts".
-func CollectArtifacts(ws *tmpfs.Workspace, globs []string, lim Limits) (*Collected, error) {
-	lim = lim.withDefaults()
+func CollectArtifacts(ws *tmpfs.Workspace, globs []string, lim contract.Limits) (*Collected, error) {
+	lim = lim.Resolved()
 	for _, g := range globs {
-		if err := CheckGlob(g); err != nil {
+		if err := contract.CheckGlob(g); err != nil {
 			return nil, err
 		}
 	}
@@ -117,7 +79,7 @@ func CollectArtifacts(ws *tmpfs.Workspace, globs []string, lim Limits) (*Collect
 	refused := map[string]record.File{}
 	files := map[string]int64{} // matching regular files: their listed size
 	for _, g := range globs {
-		dir := globDir(g)
+		dir := contract.GlobDir(g)
 		entries, ok := listed[dir]
 		if !ok {
 			var bad *record.File
@@ -145,14 +107,14 @@ func CollectArtifacts(ws *tmpfs.Workspace, globs []string, lim Limits) (*Collect
 		}
 	}
 	if len(files) > lim.MaxCount {
-		return nil, fmt.Errorf("%d files match %s, more than the cap of %d: %w", len(files), strings.Join(globs, " "), lim.MaxCount, ErrTooManyArtifacts)
+		return nil, fmt.Errorf("%d files match %s, more than the cap of %d: %w", len(files), strings.Join(globs, " "), lim.MaxCount, contract.ErrTooManyArtifacts)
 	}
 	var listedBytes int64
 	for _, n := range files {
 		listedBytes += n
 	}
 	if listedBytes > lim.MaxBytes {
-		return nil, fmt.Errorf("%d files of %d bytes in all, more than the cap of %d: %w", len(files), listedBytes, lim.MaxBytes, ErrArtifactsTooLarge)
+		return nil, fmt.Errorf("%d files of %d bytes in all, more than the cap of %d: %w", len(files), listedBytes, lim.MaxBytes, contract.ErrArtifactsTooLarge)
 	}
 	var total int64
 	for _, name := range slices.Sorted(maps.Keys(files)) {
@@ -161,7 +123,7 @@ func CollectArtifacts(ws *tmpfs.Workspace, globs []string, lim Limits) (*Collect
 		case errors.Is(err, fs.ErrNotExist):
 			continue // removed since it was listed
 		case errors.Is(err, tmpfs.ErrTooLarge):
-			return nil, fmt.Errorf("%s makes more than the cap of %d bytes: %w", name, lim.MaxBytes, ErrArtifactsTooLarge)
+			return nil, fmt.Errorf("%s makes more than the cap of %d bytes: %w", name, lim.MaxBytes, contract.ErrArtifactsTooLarge)
 		case errors.Is(err, tmpfs.ErrNotRegular), errors.Is(err, tmpfs.ErrSymlink), errors.Is(err, tmpfs.ErrNotOwned):
 			f := record.File{Path: name, Type: "file"}
 			var te *tmpfs.TypeError
@@ -177,7 +139,7 @@ func CollectArtifacts(ws *tmpfs.Workspace, globs []string, lim Limits) (*Collect
 		}
 		total += int64(len(data))
 		sum := sha256.Sum256(data)
-		c.Artifacts = append(c.Artifacts, approve.Artifact{
+		c.Artifacts = append(c.Artifacts, record.Artifact{
 			Name:        name,
 			Bytes:       int64(len(data)),
 			SHA256:      hex.EncodeToString(sum[:]),

@@ -1,4 +1,6 @@
-package contract
+//go:build linux
+
+package collect
 
 import (
 	"encoding/json"
@@ -6,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/tmpfs"
 )
 
@@ -15,31 +18,32 @@ import (
 //
 // The file is read with Workspace.ReadFile: it must be a regular file owned
 // by the workspace's uid, reached without a symlink, of at most max bytes
-// (DefaultMaxResult when max <= 0); a symlink or FIFO is refused without
+// (contract.DefaultMaxResult when max <= 0); a symlink or FIFO is refused without
 // being followed or opened for reading, so its target's content is never
 // returned. Errors, each matched with errors.Is:
-//   - no such file: ErrNoResult (and fs.ErrNotExist);
+//   - no such file: contract.ErrNoResult (and fs.ErrNotExist);
 //   - not a regular file: tmpfs.ErrNotRegular (a *tmpfs.TypeError says
 //     what it is); a symlink among its directories: tmpfs.ErrSymlink; not
 //     owned by the workspace uid: tmpfs.ErrNotOwned;
 //   - larger than max: tmpfs.ErrTooLarge;
-//   - not JSON: ErrResultNotJSON.
+//   - not JSON: contract.ErrResultNotJSON.
 //
 // Errors name rel but not the spec's field: the caller says "output.result".
 func ReadResult(ws *tmpfs.Workspace, rel string, max int64) ([]byte, error) {
 	if max <= 0 {
-		max = DefaultMaxResult
+		max = contract.DefaultMaxResult
 	}
 	data, err := ws.ReadFile(rel, max)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%w: %w", ErrNoResult, err)
+		return nil, fmt.Errorf("%w: %w", contract.ErrNoResult, err)
 	case err != nil:
 		return nil, err // it names rel
 	}
 	if !json.Valid(data) {
-		_, err := decodeJSON(data) // for the reason
-		return nil, fmt.Errorf("%s: %w: %v", rel, ErrResultNotJSON, err)
+		var v any
+		err := json.Unmarshal(data, &v) // for the reason
+		return nil, fmt.Errorf("%s: %w: %v", rel, contract.ErrResultNotJSON, err)
 	}
 	return data, nil
 }

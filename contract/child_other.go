@@ -1,0 +1,18 @@
+//go:build !linux
+
+package contract
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Validation children run on Linux only, where the worker runs: elsewhere
+// a validation too costly for the calling process is refused.
+func (c *Child) run(context.Context, *Schema, []byte, time.Time) ([]Violation, error) {
+	return nil, fmt.Errorf("%w: validation children run on Linux only", ErrTooCostly)
+}
+
+// MaybeValidator does nothing outside Linux.
+func MaybeValidator() {}

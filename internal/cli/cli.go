@@ -1,0 +1,110 @@
+// Package cli holds what Airlock's commands share: flag parsing that
+// prints a command's own usage on -h (exit 0) and a bad flag once (exit
+// 2), where the default Redis comes from (-redis, $REDIS_URL, the URL a
+// dev-mode worker wrote, then 127.0.0.1:6379/0), and errors printed as
+// text or as JSON.
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Exit codes every command shares. Commands add their own above 2.
+const (
+	ExitOK    = 0 // done
+	ExitError = 1 // Redis, the run, anything else
+	ExitUsage = 2 // bad flags or arguments, or (enqueue) a rejected spec
+)
+
+// ErrUsage is returned by Parse for a bad flag: the message is printed.
+var ErrUsage = errors.New("usage")
+
+// Parse parses args with fs. On -h or -help it prints fs.Usage to stdout
+// and returns flag.ErrHelp; on a bad flag it prints "<name>: <error> (see
+// <name> -h)" once to stderr and returns ErrUsage. fs.Usage must write to
+// fs.Output().
+func Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return flag.ErrHelp
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v (see %s -h)\n", fs.Name(), err, fs.Name())
+		return ErrUsage
+	}
+	fs.SetOutput(stderr)
+	return nil
+}
+
+// DefaultRedis is the Redis URL a command uses without -redis: $REDIS_URL,
+// else the URL of a running dev-mode worker (DevURLFile), else
+// redis://127.0.0.1:6379/0. from says which, for messages.
+func DefaultRedis() (url, from string) {
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		return u, "$REDIS_URL"
+	}
+	if b, err := os.ReadFile(DevURLFile()); err == nil {
+		if u := strings.TrimSpace(string(b)); u != "" {
+			return u, DevURLFile() + " (written by worker -dev)"
+		}
+	}
+	return "redis://127.0.0.1:6379/0", "the default"
+}
+
+// DevURLFile is where a dev-mode worker writes the URL of its embedded
+// Redis, for the commands run beside it: $XDG_RUNTIME_DIR/airlock/dev-redis-url,
+// or <temp dir>/airlock-<uid>/dev-redis-url.
+func DevURLFile() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "airlock", "dev-redis-url")
+	}
+	return filepath.Join(os.TempDir(), "airlock-"+strconv.Itoa(os.Getuid()), "dev-redis-url")
+}
+
+// WriteDevURL writes url to DevURLFile and returns a func that removes it.
+func WriteDevURL(url string) (func(), error) {
+	p := DevURLFile()
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p, []byte(url+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return func() {
+		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == url {
+			_ = os.Remove(p)
+		}
+	}, nil
+}
+
+// ErrorJSON is how a command with -json prints an error on stdout.
+type ErrorJSON struct {
+	Error string `json:"error"`
+	// Field is the spec's field an error names (a rejected spec), if any.
+	Field string `json:"field,omitempty"`
+	// Code is the exit code.
+	Code int `json:"code"`
+}
+
+// PrintError prints err as "<name>: <err>" on stderr, or, with asJSON,
+// as an ErrorJSON on stdout.
+func PrintError(stdout, stderr io.Writer, name string, asJSON bool, err error, field string, code int) {
+	if !asJSON {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(ErrorJSON{Error: err.Error(), Field: field, Code: code})
+}

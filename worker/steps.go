@@ -1,0 +1,191 @@
+//go:build linux
+
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/tasks"
+	"github.com/airlock-run/airlock/tmpfs"
+)
+
+// Bounds of what a run record lists of out/.
+const maxListed = 256
+
+// run carries the spec out in a fresh workspace of slot s: its files, its
+// steps, then its output. It fills rec with what each phase found.
+//
+// aid is the id the run's approval gets, if it comes to one.
+func (w *Worker) run(ctx context.Context, spec *tasks.Spec, s *slot, rec *record.Run, aid string) outcome {
+	rec.Isolation.UID = s.uidN
+	box, err := s.sandboxFor(spec.Network)
+	if err != nil {
+		return outcome{err: fmt.Errorf("network sandbox: %w", err)}
+	}
+	if spec.Network {
+		// Say what this run's helper had, not the default one's.
+		net := isolationOf(box.Status())
+		rec.Isolation.Root, rec.Isolation.Landlock, rec.Isolation.Seccomp = net.Root, net.Landlock, net.Seccomp
+		rec.Isolation.IPC, rec.Isolation.Keys, rec.Isolation.FDs = net.IPC, net.Keys, net.FDs
+		rec.Isolation.Network = "host network (allowed by the operator, asked by the spec)"
+	}
+	ws, err := s.area.Create(int64(spec.Limits.Workspace))
+	if err != nil {
+		return outcome{err: fmt.Errorf("create workspace: %w", err)}
+	}
+	defer func() {
+		if err := ws.Remove(); err != nil {
+			w.log.Error().Err(err).Str("task_id", rec.TaskID).Msg("remove workspace; renewing the slot's workspace and restarting its helpers")
+			s.renew(w)
+		}
+	}()
+	rec.Workspace.QuotaBytes = ws.Quota()
+	n, err := ws.WriteFiles(spec.Files)
+	rec.Workspace.InputBytes = n
+	if err != nil {
+		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictWorkspaceQuota, "write files: "+err.Error()
+		if !errors.Is(err, syscall.ENOSPC) {
+			rec.Verdict = record.VerdictError
+		}
+		return outcome{}
+	}
+	deadline := time.Now().Add(time.Duration(spec.Timeout))
+	steps, err := w.runSteps(ctx, spec, box, ws, rec, deadline)
+	rec.Steps = steps.records
+	if err != nil {
+		return outcome{err: err}
+	}
+	rec.State, rec.Verdict, rec.Error = steps.state, steps.verdict, steps.err
+	var out outcome
+	if rec.State == record.StateCompleted && spec.Output != nil && (spec.Output.Result != "" || len(spec.Output.Artifacts) > 0) {
+		out = w.output(ctx, spec, ws, rec, deadline, s.uidN, aid)
+	}
+	used, full, err := ws.Usage()
+	if err == nil {
+		rec.Workspace.UsedBytes, rec.Workspace.Full = used, full
+	}
+	files, truncated, err := ws.List("out", maxListed)
+	if err == nil {
+		rec.Files = files
+		if truncated {
+			rec.Error = joinErr(rec.Error, fmt.Sprintf("out/ has more than %d entries; listing truncated", maxListed))
+		}
+	}
+	return out
+}
+
+// stepsResult is what the steps phase found.
+type stepsResult struct {
+	records []record.Step
+	state   record.State   // completed, or failed at the first failing step
+	verdict record.Verdict // that step's
+	err     string         // the task's deadline, when it ended the run
+}
+
+// runSteps runs the spec's steps in order until one fails. Its error is the
+// worker's failure, or errHandedBack; the steps that ran are in the result
+// either way.
+func (w *Worker) runSteps(ctx context.Context, spec *tasks.Spec, box *sandbox.Slot, ws *tmpfs.Workspace, rec *record.Run, deadline time.Time) (stepsResult, error) {
+	r := stepsResult{records: []record.Step{}, state: record.StateCompleted, verdict: record.VerdictOK}
+	cpu := time.Duration(spec.Limits.CPUTime)
+	for i, st := range spec.Steps {
+		timeout := min(spec.StepTimeout(i), time.Until(deadline))
+		res, err := box.Run(ctx, sandbox.Step{
+			Argv: st.Run, Env: st.Env, Stdin: st.Stdin,
+			Limits: spec.Limits, Timeout: max(timeout, 0),
+		})
+		if err != nil {
+			if errors.Is(err, sandbox.ErrHelperDied) {
+				// Keep the step, and what it wrote, in the record.
+				sr := stepRecord(st, res, false, cpu)
+				sr.Verdict, sr.Error = record.VerdictError, err.Error()
+				r.records = append(r.records, sr)
+			}
+			return r, fmt.Errorf("step %s: %w", st.Name, err)
+		}
+		_, full, _ := ws.Usage()
+		sr := stepRecord(st, res, full, cpu)
+		w.log.Info().Str("task_id", rec.TaskID).Str("run_id", spec.RunID).Str("step", st.Name).
+			Str("verdict", string(sr.Verdict)).Interface("exit_code", sr.ExitCode).Str("signal", sr.Signal).
+			Float64("duration_ms", sr.DurationMS).Float64("cpu_ms", sr.CPUMS).Int64("max_rss_kb", sr.MaxRSSKB).
+			Int64("memory_peak_bytes", sr.MemoryPeakBytes).Int64("stdout_bytes", sr.StdoutBytes).
+			Int64("stderr_bytes", sr.StderrBytes).Int("killed_left_behind", res.Killed).Msg("step")
+		r.records = append(r.records, sr)
+		if res.Canceled {
+			return r, errHandedBack
+		}
+		if sr.Verdict != record.VerdictOK {
+			r.state, r.verdict = record.StateFailed, sr.Verdict
+			if sr.Verdict == record.VerdictTimeout && time.Until(deadline) <= 0 {
+				r.err = fmt.Sprintf("task timeout %s reached in step %s", spec.Timeout, st.Name)
+			}
+			break
+		}
+	}
+	return r, nil
+}
+
+// stepRecord turns a sandbox result into the step's record and verdict.
+func stepRecord(st tasks.Step, r sandbox.Result, workspaceFull bool, cpuLimit time.Duration) record.Step {
+	sr := record.Step{
+		Name: st.Name, Argv: st.Run, Error: r.StartError,
+		DurationMS: ms(r.Duration), CPUMS: ms(r.CPU), MaxRSSKB: r.MaxRSSKB,
+		MemoryPeakBytes: r.MemoryPeak, OOMKills: r.OOMKills,
+		StdoutBytes: r.Stdout.Total, StderrBytes: r.Stderr.Total,
+		StdoutTruncated: r.Stdout.Truncated, StderrTruncated: r.Stderr.Truncated,
+	}
+	sr.Stdout, sr.StdoutEncoding = record.Text(r.Stdout.Data)
+	sr.Stderr, sr.StderrEncoding = record.Text(r.Stderr.Data)
+	if r.Exited {
+		code := r.ExitCode
+		sr.ExitCode = &code
+	}
+	if r.Signal != 0 {
+		sr.Signal = unix.SignalName(r.Signal)
+	}
+	sr.Verdict = classify(r, workspaceFull, cpuLimit)
+	return sr
+}
+
+// classify names what ended a step, and never guesses: a cause it cannot
+// know shows as "exit" or "signal" with the code or signal in the record.
+func classify(r sandbox.Result, workspaceFull bool, cpuLimit time.Duration) record.Verdict {
+	switch {
+	case r.StartError != "":
+		return record.VerdictExecError
+	case r.Canceled:
+		return record.VerdictCanceled
+	case r.OOMKills > 0:
+		// The kernel killed a process of the step at its cgroup's memory
+		// limit: whatever the step did next (exit, hang until its
+		// deadline), its work was cut short by the limit.
+		return record.VerdictMemory
+	case r.TimedOut:
+		return record.VerdictTimeout
+	case r.Exited && r.ExitCode == 0:
+		return record.VerdictOK
+	case r.Signal == syscall.SIGXCPU:
+		return record.VerdictCPUTime
+	case r.Signal == syscall.SIGKILL && r.CPU >= cpuLimit.Truncate(time.Second)+time.Second:
+		// RLIMIT_CPU's hard limit (soft + 1s) kills a process that
+		// survived SIGXCPU; its own CPU time shows it reached it.
+		return record.VerdictCPUTime
+	case r.Signal == syscall.SIGXFSZ:
+		return record.VerdictFileSize
+	case workspaceFull:
+		// The step failed while its workspace was full: the write that
+		// failed with ENOSPC is the known cause.
+		return record.VerdictWorkspaceQuota
+	case r.Signal != 0:
+		return record.VerdictSignal
+	}
+	return record.VerdictExit
+}
