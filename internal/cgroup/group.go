@@ -19,7 +19,7 @@ type Group struct {
 	version Version
 	dirs    []string // the group in each hierarchy, as Manager.dirs
 
-	procs []*os.File // cgroup.procs of each hierarchy, for the slot's helper
+	procs []*os.File // v1: tasks, v2: cgroup.procs of each hierarchy, for the slot's helper
 
 	memMax  *os.File // v1 memory.limit_in_bytes, v2 memory.max
 	memsw   *os.File // v1 memory.memsw.limit_in_bytes; nil without swap accounting
@@ -73,8 +73,12 @@ func (m *Manager) NewGroup(name string) (*Group, error) {
 
 func (g *Group) open() error {
 	var err error
+	join := "cgroup.procs"
+	if g.version == V1 {
+		join = "tasks" // a thread: the helper's spawner
+	}
 	for _, d := range g.dirs {
-		f, err := os.OpenFile(filepath.Join(d, "cgroup.procs"), os.O_WRONLY, 0)
+		f, err := os.OpenFile(filepath.Join(d, join), os.O_WRONLY, 0)
 		if err != nil {
 			return err
 		}
@@ -130,14 +134,30 @@ func rw(dir, name string) (*os.File, error) {
 	return os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
 }
 
-// Procs returns the cgroup.procs descriptors of the group, one per
-// hierarchy, for the slot's helper: writing a process id to each moves the
-// process into the group. The caller must not close them.
-func (g *Group) Procs() []*os.File { return g.procs }
+// Join returns the descriptors through which the slot's helper puts steps
+// in the group, one per hierarchy; the caller must not close them.
+//
+// On cgroup v1 they are the groups' tasks files: the helper writes the id
+// of its spawner thread once, and every step it forks is born in the group
+// (no migration per step: a migration waits for an RCU grace period, ~10
+// ms on an idle machine). The thread is not the helper's main thread, so
+// the helper's own memory stays charged to the worker's group; it counts
+// as one task against the pids limit (Set adds it). On cgroup v2, where a
+// process's threads share one group, they are cgroup.procs files: the
+// helper moves each step while it is stopped at exec (ThreadJoin is false).
+func (g *Group) Join() []*os.File { return g.procs }
+
+// ThreadJoin reports whether the helper joins its spawner thread (v1)
+// rather than each step (v2).
+func (g *Group) ThreadJoin() bool { return g.version == V1 }
 
 // Set limits the group to memory bytes (no swap) and pids processes and
-// threads. It writes only what changed since the last call.
+// threads of the steps (on v1, the spawner thread is added). It writes only
+// what changed since the last call.
 func (g *Group) Set(memory int64, pids int) error {
+	if g.ThreadJoin() {
+		pids++ // the helper's spawner thread
+	}
 	if memory != g.memory {
 		if err := g.setMemory(memory); err != nil {
 			g.memory = 0 // unknown: write again next time

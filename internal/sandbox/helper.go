@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -33,9 +34,13 @@ type helperConfig struct {
 	UserNS    bool   `json:"user_ns"` // root of a new user namespace: drop capabilities for steps
 	View      bool   `json:"view"`    // with Namespace: build the view and pivot_root into it
 	Binds     []Bind `json:"binds,omitempty"`
-	// Cgroups is how many cgroup.procs descriptors came with this
-	// message: every step is moved into each before it starts.
-	Cgroups int `json:"cgroups,omitempty"`
+	// Cgroups is how many descriptors of the slot's cgroup came with this
+	// message (see cgroup.Group.Join): with CgroupThread, tasks files the
+	// spawner thread joins once, so that steps are born in the group;
+	// without, cgroup.procs files every step is moved into before it
+	// starts.
+	Cgroups      int  `json:"cgroups,omitempty"`
+	CgroupThread bool `json:"cgroup_thread,omitempty"`
 }
 
 // MaybeHelper runs the slot helper and exits when the process was started
@@ -80,6 +85,11 @@ type spawnResult struct {
 }
 
 func helperMain() error {
+	// The main goroutine keeps the main thread: no other goroutine, the
+	// spawner's above all, runs there. The spawner's thread may join the
+	// slot's cgroup, and the main thread's group is where the helper's own
+	// memory is charged.
+	runtime.LockOSThread()
 	// Whatever the worker inherited without close-on-exec came along;
 	// close it before anything else (3 is the control socket).
 	closeInherited(4)

@@ -195,10 +195,10 @@ func (s *Slot) start() error {
 	var h hello
 	var cgFDs []int
 	if s.cfg.Cgroup != nil {
-		for _, f := range s.cfg.Cgroup.Procs() {
+		for _, f := range s.cfg.Cgroup.Join() {
 			cgFDs = append(cgFDs, int(f.Fd()))
 		}
-		hc.Cgroups = len(cgFDs)
+		hc.Cgroups, hc.CgroupThread = len(cgFDs), s.cfg.Cgroup.ThreadJoin()
 	}
 	if err := writeMsg(conn, hc, cgFDs); err != nil {
 		conn.Close()

@@ -55,6 +55,21 @@ func (h *helper) spawner(st Status, ready chan<- Status) {
 		}
 		st.Landlock = restrictThread(rules)
 	}
+	if h.cfg.CgroupThread {
+		// Join the slot's cgroup, this thread alone: every step it forks
+		// is born in the group, with no migration per step.
+		if tid := unix.Gettid(); tid == unix.Getpid() {
+			fail("the spawner runs on the main thread; it may not join the slot's cgroup")
+			return
+		}
+		id := []byte(strconv.Itoa(unix.Gettid()))
+		for _, fd := range h.cgroup {
+			if _, err := unix.Write(fd, id); err != nil {
+				fail("join the slot's cgroup: " + err.Error())
+				return
+			}
+		}
+	}
 	st.Seccomp = installSeccomp(h.ipc == nil)
 	if strings.HasPrefix(st.Seccomp, "off") {
 		st.Keys = "off: no seccomp filter (" + st.Keys + ")"
@@ -64,7 +79,11 @@ func (h *helper) spawner(st Status, ready chan<- Status) {
 	}
 	ready <- st
 	for sr := range h.spawns {
-		pid, err := spawnStopped(sr.req, sr.fds, st.Workdir, h.cgroup)
+		cg := h.cgroup
+		if h.cfg.CgroupThread {
+			cg = nil // steps are born in the group
+		}
+		pid, err := spawnStopped(sr.req, sr.fds, st.Workdir, cg)
 		sr.reply <- spawnResult{pid, err}
 	}
 }
