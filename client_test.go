@@ -58,13 +58,13 @@ func TestEnqueueRejects(t *testing.T) {
 		edit  func(*tasks.Spec)
 		field string
 	}{
-		{"path leaves the workspace", func(s *tasks.Spec) { s.Files = map[string]string{"../x": "x"} }, `files["../x"]`},
+		{"path leaves the workspace", func(s *tasks.Spec) { s.Files = map[string]tasks.File{"../x": "x"} }, `files["../x"]`},
 		{"absolute output path", func(s *tasks.Spec) { s.Output = &tasks.Output{Result: "/etc/passwd"} }, "output.result"},
 		{"memory above the published maximum", func(s *tasks.Spec) { s.Limits.Memory = 128 << 20 }, "limits.memory"},
 		{"timeout above the published maximum", func(s *tasks.Spec) { s.Timeout = limits.Duration(time.Minute) }, "timeout"},
 		{"network not allowed", func(s *tasks.Spec) { s.Network = true }, "network"},
 		{"payload above MaxPayload", func(s *tasks.Spec) {
-			s.Files = map[string]string{"big.txt": strings.Repeat("x", tasks.DefaultMaxPayload)}
+			s.Files = map[string]tasks.File{"big.txt": tasks.File(strings.Repeat("x", tasks.DefaultMaxPayload))}
 		}, "spec"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -92,8 +92,10 @@ type Approval struct {
 	DecidedBy string    `json:"decided_by,omitempty"` // a login, or "policy:<name>" for auto-promotion
 	DecidedAt time.Time `json:"decided_at,omitzero"`
 	Comment   string    `json:"comment,omitempty"`
-	// PromotedAt is set once the promote task has published the output.
-	PromotedAt time.Time `json:"promoted_at,omitzero"`
+	// PromotedAt is set once the promote task has published the output,
+	// PublishedTo to where (the store's name for it).
+	PromotedAt  time.Time `json:"promoted_at,omitzero"`
+	PublishedTo string    `json:"published_to,omitempty"`
 }
 
 // Errors matched with errors.Is.

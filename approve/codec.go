@@ -88,6 +88,8 @@ func setField(a *Approval, name, v string) error {
 		a.DecidedAt, err = parseMicros(v)
 	case fPromoted:
 		a.PromotedAt, err = parseMicros(v)
+	case fPublished:
+		a.PublishedTo = v
 	case fReasons:
 		var ok bool
 		if a.Reasons, ok = plainStrings(v); !ok {

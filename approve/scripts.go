@@ -81,7 +81,7 @@ return {'ok', view()}
 `)
 
 // promoteScript marks an accepted approval promoted.
-// KEYS: hash, data, audit. ARGV: at, retention ms, full view ("0").
+// KEYS: hash, data, audit. ARGV: at, retention ms, full view ("0"), where.
 // Returns {status, view}: notfound, notaccepted, already or ok.
 var promoteScript = redis.NewScript(luaView(3) + `
 local st = redis.call('HMGET', KEYS[1], 'state', 'promoted_at')
@@ -89,6 +89,7 @@ if not st[1] then return {'notfound', {}} end
 if st[1] ~= 'accepted' then return {'notaccepted', view()} end
 if st[2] then return {'already', view()} end
 redis.call('HSET', KEYS[1], 'promoted_at', ARGV[1])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'published_to', ARGV[4]) end
 redis.call('DEL', KEYS[2])
 redis.call('XADD', KEYS[3], '*', 'from', 'accepted', 'to', 'promoted', 'by', '', 'comment', '', 'at', ARGV[1])
 finish(ARGV[2])

@@ -188,6 +188,7 @@ const (
 	fDecidedAt = "decided_at"
 	fComment   = "comment"
 	fPromoted  = "promoted_at"
+	fPublished = "published_to"
 	fResultSHA = "result_sha256"
 )
 

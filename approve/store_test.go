@@ -451,10 +451,10 @@ func TestMarkPromoted(t *testing.T) {
 	s, rdb, q := approvetest.Store(t, approve.Options{Now: clk.Now, Retention: time.Hour})
 	a, data := sample("ap-000000000001", q)
 	park(t, s, a, data)
-	if err := s.MarkPromoted(ctx, a.ID, time.Time{}); !errors.Is(err, approve.ErrNotAccepted) {
+	if err := s.MarkPromoted(ctx, a.ID, time.Time{}, ""); !errors.Is(err, approve.ErrNotAccepted) {
 		t.Errorf("MarkPromoted of a pending approval: %v, want ErrNotAccepted", err)
 	}
-	if err := s.MarkPromoted(ctx, "ap-nope", time.Time{}); !errors.Is(err, approve.ErrNotFound) {
+	if err := s.MarkPromoted(ctx, "ap-nope", time.Time{}, ""); !errors.Is(err, approve.ErrNotFound) {
 		t.Errorf("MarkPromoted of a missing approval: %v, want ErrNotFound", err)
 	}
 	clk.Add(time.Minute)
@@ -469,13 +469,13 @@ func TestMarkPromoted(t *testing.T) {
 	}
 	at := clk.Now().Add(time.Second)
 	for i := range 2 {
-		if err := s.MarkPromoted(ctx, a.ID, at.Add(time.Duration(i)*time.Hour)); err != nil {
+		if err := s.MarkPromoted(ctx, a.ID, at.Add(time.Duration(i)*time.Hour), "/store/r/t"); err != nil {
 			t.Fatalf("MarkPromoted #%d: %v", i+1, err)
 		}
 	}
 	got, _ := s.Get(ctx, a.ID)
-	if !got.PromotedAt.Equal(at) || got.State != approve.StateAccepted {
-		t.Errorf("after MarkPromoted twice: state %s, promoted_at %v; want accepted, %v", got.State, got.PromotedAt, at)
+	if !got.PromotedAt.Equal(at) || got.State != approve.StateAccepted || got.PublishedTo != "/store/r/t" {
+		t.Errorf("after MarkPromoted twice: state %s, promoted_at %v, published_to %q; want accepted, %v, /store/r/t", got.State, got.PromotedAt, got.PublishedTo, at)
 	}
 	if ids, err := s.ListAccepted(ctx); err != nil || len(ids) != 0 {
 		t.Errorf("ListAccepted = %q, %v; want none", ids, err)

@@ -266,18 +266,19 @@ func joinErr(e *DecidedError, err error) error {
 	return e
 }
 
-// MarkPromoted records that accepted approval id was published at at (now
+// MarkPromoted records that accepted approval id was published, at where
+// (a directory, a URL: for readers of the result), at at (now
 // when zero): it sets PromotedAt, removes it from the accepted-not-promoted
 // index, drops its staged bytes and appends a "promoted" audit event. It is
 // idempotent: an approval promoted already is left as it is.
-func (s *Store) MarkPromoted(ctx context.Context, id string, at time.Time) error {
+func (s *Store) MarkPromoted(ctx context.Context, id string, at time.Time, where string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
 	if at.IsZero() {
 		at = s.now()
 	}
-	v, err := promoteScript.Run(ctx, s.rdb, s.Keys(id), micros(at), s.retentionMS(), "0").Result()
+	v, err := promoteScript.Run(ctx, s.rdb, s.Keys(id), micros(at), s.retentionMS(), "0", where).Result()
 	if err != nil {
 		return fmt.Errorf("approve: mark %s promoted: %w", id, err)
 	}

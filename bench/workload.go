@@ -87,7 +87,7 @@ var scriptSh = "set -eu\ncat > out/result.json <<'EOF'\n" + ResultJSON + "\nEOF\
 
 func scriptSpec(queue, runID string) *tasks.Spec {
 	s := &tasks.Spec{Version: 1, RunID: runID, Queue: queue,
-		Files: map[string]string{"gen.sh": scriptSh},
+		Files: map[string]tasks.File{"gen.sh": tasks.File(scriptSh)},
 		Steps: []tasks.Step{{Name: "gen", Run: []string{"sh", "gen.sh"}}}}
 	if outputSupport {
 		s.Output = &tasks.Output{Result: "out/result.json", Schema: json.RawMessage(ResultSchema)}

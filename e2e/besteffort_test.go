@@ -115,8 +115,9 @@ func TestBestEffortDevMode(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("no demo record after 60s:\n%s", logs.String())
 	}
-	if demo.State != record.StateParked || demo.RunID != "demo" || demo.ApprovalID == "" {
-		t.Fatalf("demo: want parked, run_id demo:\n%s", mustJSON(t, demo))
+	if demo.State != record.StateParked || demo.RunID != "csv-report" || demo.ApprovalID == "" ||
+		len(demo.Inputs) != 1 || demo.Inputs[0].Status != 200 || demo.Inputs[0].Bytes == 0 {
+		t.Fatalf("demo: want the csv-report run parked, its export fetched:\n%s", mustJSON(t, demo))
 	}
 	cli := func(path string, args ...string) (int, string, string) {
 		c := exec.Command(path, args...)
@@ -138,7 +139,7 @@ func TestBestEffortDevMode(t *testing.T) {
 	if code, out, errOut := cli(bin.approve, "accept", demo.ApprovalID, "-by", "newcomer", "-comment", "ok"); code != 0 {
 		t.Fatalf("approve accept: exit %d\n%s%s", code, out, errOut)
 	}
-	published := filepath.Join(store, "demo", demo.TaskID, "result.json")
+	published := filepath.Join(store, "csv-report", demo.TaskID, "result.json")
 	if !eventually(20*time.Second, func() bool { _, err := os.Stat(published); return err == nil }) {
 		t.Errorf("the demo was not promoted to %s", published)
 	}
@@ -146,6 +147,17 @@ func TestBestEffortDevMode(t *testing.T) {
 	var rec record.Run
 	if code != 0 || json.Unmarshal([]byte(out), &rec) != nil || rec.Verdict != record.VerdictOK {
 		t.Errorf("enqueue -wait examples/hello.json: exit %d\n%s%s", code, out, errOut)
+	}
+	// The promoted result, read back as a backend would.
+	code, out, errOut = cli(bin.enqueu, "-result", demo.TaskID)
+	var pub struct {
+		Result struct {
+			Rows       int     `json:"rows"`
+			RefundRate float64 `json:"refund_rate"`
+		} `json:"result"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &pub) != nil || pub.Result.Rows != 500 {
+		t.Errorf("enqueue -result: exit %d\n%s%s", code, out, errOut)
 	}
 }
 

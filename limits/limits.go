@@ -283,6 +283,21 @@ type Policy struct {
 	DefaultTimeout Duration `json:"default_timeout"`
 	MaxTimeout     Duration `json:"max_timeout"`
 	AllowNetwork   bool     `json:"allow_network"`
+	// MaxInputBytes is the default and the maximum size of a download of
+	// a spec's inputs; 0 means DefaultMaxInputBytes.
+	MaxInputBytes Bytes `json:"max_input_bytes,omitempty"`
+}
+
+// DefaultMaxInputBytes is the size cap of one input download when the
+// operator sets none.
+const DefaultMaxInputBytes Bytes = 256 << 20
+
+// InputMax is the cap of one input download.
+func (p Policy) InputMax() Bytes {
+	if p.MaxInputBytes > 0 {
+		return p.MaxInputBytes
+	}
+	return DefaultMaxInputBytes
 }
 
 // DefaultPolicy is the policy of a worker started without limit flags.

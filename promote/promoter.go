@@ -79,7 +79,7 @@ func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, b
 	if err != nil {
 		return nil, false, err
 	}
-	if err := p.Store.MarkPromoted(ctx, a.ID, m.PromotedAt); err != nil {
+	if err := p.Store.MarkPromoted(ctx, a.ID, m.PromotedAt, p.Sink.Where(m.RunID, m.TaskID)); err != nil {
 		return nil, published, err
 	}
 	return m, published, nil

@@ -49,7 +49,8 @@ const (
 	VerdictCanceled       Verdict = "canceled"        // the worker shut down mid-step
 	VerdictError          Verdict = "error"           // the worker failed; see error
 	VerdictSchema         Verdict = "schema"          // the result does not satisfy output.schema
-	VerdictOutput         Verdict = "output"          // the result or artifacts broke the contract (missing, not a regular file, too large, not JSON)
+	VerdictOutput         Verdict = "output"
+	VerdictFetch          Verdict = "fetch" // an input could not be downloaded (refused address, status, size, sha256, timeout)          // the result or artifacts broke the contract (missing, not a regular file, too large, not JSON)
 )
 
 // Run is the record of one attempt of a task.
@@ -70,8 +71,10 @@ type Run struct {
 	Isolation Isolation  `json:"isolation"`
 	Limits    limits.Set `json:"limits"`
 	Workspace Workspace  `json:"workspace"`
+	Inputs    []Input    `json:"inputs,omitempty"`
 	Steps     []Step     `json:"steps"`
 	Files     []File     `json:"files,omitempty"`
+	Egress    []Egress   `json:"egress,omitempty"`
 
 	// Output contract and its fate. The result and artifacts themselves are
 	// never in the record: a run publishes nothing by itself.
@@ -187,6 +190,29 @@ type Step struct {
 	StderrBytes     int64  `json:"stderr_bytes"`
 	StdoutTruncated bool   `json:"stdout_truncated"`
 	StderrTruncated bool   `json:"stderr_truncated"`
+}
+
+// Input is what the download of one of the spec's inputs did.
+type Input struct {
+	URL        string  `json:"url"`                 // without credentials or secret-looking query values
+	FinalURL   string  `json:"final_url,omitempty"` // after redirects, redacted alike
+	Path       string  `json:"path"`
+	Status     int     `json:"status,omitempty"`
+	Bytes      int64   `json:"bytes"`
+	SHA256     string  `json:"sha256,omitempty"`
+	DurationMS float64 `json:"duration_ms"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// Egress is one connection a networked run's steps made through the
+// worker's egress proxy, allowed or not.
+type Egress struct {
+	Host      string `json:"host"`
+	Port      int    `json:"port"`
+	Allowed   bool   `json:"allowed"`
+	Reason    string `json:"reason,omitempty"` // why it was refused, or ended
+	BytesUp   int64  `json:"bytes_up"`
+	BytesDown int64  `json:"bytes_down"`
 }
 
 // File is one entry the run left under out/, read without following links.

@@ -46,19 +46,21 @@ type FieldError = limits.FieldError
 
 // Spec is a task spec, version 1.
 type Spec struct {
-	Version        int               `json:"version"`
-	RunID          string            `json:"run_id,omitempty"`
-	IdempotencyKey string            `json:"idempotency_key,omitempty"`
-	Queue          string            `json:"queue,omitempty"`
-	Action         string            `json:"action,omitempty"`
-	Timeout        limits.Duration   `json:"timeout,omitempty"`
-	MaxRetry       *int              `json:"max_retry,omitempty"`
-	Files          map[string]string `json:"files,omitempty"`
-	Steps          []Step            `json:"steps"`
-	Limits         limits.Set        `json:"limits"`
-	Network        bool              `json:"network,omitempty"`
-	Output         *Output           `json:"output,omitempty"`
-	Approval       string            `json:"approval,omitempty"`
+	Version        int             `json:"version"`
+	RunID          string          `json:"run_id,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Queue          string          `json:"queue,omitempty"`
+	Action         string          `json:"action,omitempty"`
+	Timeout        limits.Duration `json:"timeout,omitempty"`
+	MaxRetry       *int            `json:"max_retry,omitempty"`
+	Files          map[string]File `json:"files,omitempty"`
+	Inputs         []Input         `json:"inputs,omitempty"`
+	Secrets        []string        `json:"secrets,omitempty"`
+	Steps          []Step          `json:"steps"`
+	Limits         limits.Set      `json:"limits"`
+	Network        bool            `json:"network,omitempty"`
+	Output         *Output         `json:"output,omitempty"`
+	Approval       string          `json:"approval,omitempty"`
 }
 
 // Step is one process run in the task's workspace. Steps run in order; a
@@ -187,6 +189,12 @@ func (s *Spec) Prepare(p limits.Policy) error {
 		}
 	}
 	if err := s.prepareSteps(); err != nil {
+		return err
+	}
+	if err := s.prepareInputs(p.InputMax()); err != nil {
+		return err
+	}
+	if err := s.prepareSecrets(); err != nil {
 		return err
 	}
 	resolved, err := p.Resolve("limits", s.Limits)

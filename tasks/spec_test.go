@@ -244,7 +244,7 @@ func fullSpecWant() *tasks.Spec {
 		Queue:          "reports",
 		Timeout:        limits.Duration(2 * time.Minute),
 		MaxRetry:       ptr(0),
-		Files:          map[string]string{"main.py": "print(1)\n", "data/in.csv": "a,b\n1,2\n"},
+		Files:          map[string]tasks.File{"main.py": "print(1)\n", "data/in.csv": "a,b\n1,2\n"},
 		Steps: []tasks.Step{
 			{Name: "prep", Run: []string{"python3", "main.py"}, Stdin: "hello", Timeout: limits.Duration(30 * time.Second), Env: map[string]string{"MODE": "fast", "_X1": ""}},
 			{Run: []string{"sh", "-c", "ls out"}},
@@ -472,16 +472,16 @@ func TestPrepareRejects(t *testing.T) {
 		{"env HOME reserved", func(s *tasks.Spec, _ limits.Policy) { s.Steps[0].Env = map[string]string{"HOME": "/root"} }, `steps[0].env["HOME"]`},
 		{"env TMPDIR reserved", func(s *tasks.Spec, _ limits.Policy) { s.Steps[0].Env = map[string]string{"TMPDIR": "/tmp"} }, `steps[0].env["TMPDIR"]`},
 		{"env NUL in value", func(s *tasks.Spec, _ limits.Policy) { s.Steps[0].Env = map[string]string{"A": "x\x00y"} }, `steps[0].env["A"]`},
-		{"file absolute", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]string{"/etc/passwd": ""} }, `files["/etc/passwd"]`},
-		{"file ../x", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]string{"../x": ""} }, `files["../x"]`},
-		{"file a/../b", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]string{"a/../b": ""} }, `files["a/../b"]`},
-		{"file a//b", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]string{"a//b": ""} }, `files["a//b"]`},
-		{"file ./a", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]string{"./a": ""} }, `files["./a"]`},
-		{"file NUL", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]string{"a\x00b": ""} }, fmt.Sprintf("files[%q]", "a\x00b")},
-		{"file 256-byte component", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]string{"d/" + long: ""} }, fmt.Sprintf("files[%q]", "d/"+long)},
-		{"file empty path", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]string{"": "x"} }, `files[""]`},
+		{"file absolute", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]tasks.File{"/etc/passwd": ""} }, `files["/etc/passwd"]`},
+		{"file ../x", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]tasks.File{"../x": ""} }, `files["../x"]`},
+		{"file a/../b", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]tasks.File{"a/../b": ""} }, `files["a/../b"]`},
+		{"file a//b", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]tasks.File{"a//b": ""} }, `files["a//b"]`},
+		{"file ./a", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]tasks.File{"./a": ""} }, `files["./a"]`},
+		{"file NUL", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]tasks.File{"a\x00b": ""} }, fmt.Sprintf("files[%q]", "a\x00b")},
+		{"file 256-byte component", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]tasks.File{"d/" + long: ""} }, fmt.Sprintf("files[%q]", "d/"+long)},
+		{"file empty path", func(s *tasks.Spec, _ limits.Policy) { s.Files = map[string]tasks.File{"": "x"} }, `files[""]`},
 		{"too many files", func(s *tasks.Spec, _ limits.Policy) {
-			s.Files = map[string]string{}
+			s.Files = map[string]tasks.File{}
 			for i := 0; i < 1001; i++ {
 				s.Files[strconv.Itoa(i)] = ""
 			}
@@ -690,7 +690,7 @@ func TestCheckPath(t *testing.T) {
 
 func TestEncodePayloadCap(t *testing.T) {
 	s := minimal()
-	s.Files = map[string]string{"in.txt": strings.Repeat("x", 1000)}
+	s.Files = map[string]tasks.File{"in.txt": tasks.File(strings.Repeat("x", 1000))}
 	if err := s.Prepare(testPolicy()); err != nil {
 		t.Fatal(err)
 	}
@@ -724,7 +724,7 @@ func TestEncodePayloadCap(t *testing.T) {
 
 	// maxPayload 0 means DefaultMaxPayload.
 	big := minimal()
-	big.Files = map[string]string{"big": strings.Repeat("x", tasks.DefaultMaxPayload)}
+	big.Files = map[string]tasks.File{"big": tasks.File(strings.Repeat("x", tasks.DefaultMaxPayload))}
 	_, err = big.Encode(0)
 	if fe := fieldErr(t, err); fe.Field != "spec" || !strings.Contains(fe.Msg, strconv.Itoa(tasks.DefaultMaxPayload)) {
 		t.Errorf("Encode(0) of a large spec = %v, want a spec error naming the cap %d", err, tasks.DefaultMaxPayload)

@@ -5,6 +5,7 @@ package tmpfs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"math"
@@ -97,7 +98,7 @@ func (w *Workspace) WriteFiles(files map[string]string) (int64, error) {
 	defer unix.Close(fd)
 	var total int64
 	for _, name := range names {
-		n, err := w.writeFile(fd, name, files[name])
+		n, err := w.writeFile(fd, name, strings.NewReader(files[name]), -1)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("write %s: %w", name, err)
@@ -106,8 +107,36 @@ func (w *Workspace) WriteFiles(files map[string]string) (int64, error) {
 	return total, nil
 }
 
-// writeFile writes one file of WriteFiles below the workspace open at top.
-func (w *Workspace) writeFile(top int, rel, data string) (int64, error) {
+// ErrStreamTooLarge is returned by WriteStream for a reader that holds more
+// than its max.
+var ErrStreamTooLarge = errors.New("more bytes than allowed")
+
+// WriteStream creates the file rel (a new file; its directories are
+// created as WriteFiles does, never through a symlink) and copies r into
+// it, 32 KiB at a time, never holding it whole: at most max bytes (max < 0:
+// no bound but the workspace's quota), failing with ErrStreamTooLarge past
+// it, ENOSPC past the quota. It returns the bytes written; on error the
+// file is removed.
+func (w *Workspace) WriteStream(rel string, r io.Reader, max int64) (int64, error) {
+	if err := checkRel(rel); err != nil || rel == "." {
+		return 0, fmt.Errorf("write %s: %w", rel, errors.Join(err, fmt.Errorf("%w %q", ErrBadPath, rel)))
+	}
+	fd, err := w.open()
+	if err != nil {
+		return 0, fmt.Errorf("write %s: %w", rel, err)
+	}
+	defer unix.Close(fd)
+	n, err := w.writeFile(fd, rel, r, max)
+	if err != nil {
+		_ = unix.Unlinkat(fd, rel, 0) // openat2-checked above; best effort
+		return n, fmt.Errorf("write %s: %w", rel, err)
+	}
+	return n, nil
+}
+
+// writeFile writes one file below the workspace open at top, from r, at
+// most max bytes (max < 0: no bound).
+func (w *Workspace) writeFile(top int, rel string, r io.Reader, max int64) (int64, error) {
 	dir := top
 	if parent := path.Dir(rel); parent != "." {
 		var done []string
@@ -140,18 +169,30 @@ func (w *Workspace) writeFile(top int, rel, data string) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	for b := []byte(data); len(b) > 0; {
-		m, err := unix.Write(fd, b)
-		if err == unix.EINTR {
-			continue
+	buf := make([]byte, 32<<10)
+	for {
+		k, rerr := r.Read(buf)
+		if max >= 0 && n+int64(k) > max {
+			return n, fmt.Errorf("%w (%d)", ErrStreamTooLarge, max)
 		}
-		if err != nil {
-			return n, err
+		for b := buf[:k]; len(b) > 0; {
+			m, err := unix.Write(fd, b)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return n, err
+			}
+			n += int64(m)
+			b = b[m:]
 		}
-		n += int64(m)
-		b = b[m:]
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
 	}
-	return n, nil
 }
 
 // Usage returns the bytes the workspace uses and whether it is full.

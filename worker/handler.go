@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
@@ -38,6 +39,11 @@ type outcome struct {
 	// promote is the approval whose inline promotion failed for a
 	// transient reason: report queues its promote task.
 	promote string
+	// retry: the run failed for a reason that may pass (a transient
+	// download failure): the record says so, and asynq tries again.
+	retry bool
+	// secrets are the run's, for redacting what report writes.
+	secrets *secrets.Set
 }
 
 // handle is the asynq handler of TypeRun.
@@ -58,7 +64,13 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 	}
 	rec.RunID, rec.Queue, rec.MaxRetry, rec.Limits = spec.RunID, spec.Queue, *spec.MaxRetry, spec.Limits
 	w.log.Info().Str("task_id", rec.TaskID).Int("attempt", rec.Attempt).Str("run_id", spec.RunID).
-		Str("queue", spec.Queue).Int("steps", len(spec.Steps)).Msg("task start")
+		Str("queue", spec.Queue).Int("steps", len(spec.Steps)).Int("inputs", len(spec.Inputs)).Msg("task start")
+	sec, err := w.secretSrc.Load(spec.Secrets)
+	if err != nil {
+		// Never a value: the error names the secret and where it is looked for.
+		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictError, err.Error()
+		return outcome{}
+	}
 
 	var s *slot
 	select {
@@ -79,7 +91,18 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 		case <-runCtx.Done():
 		}
 	}()
-	return w.run(runCtx, spec, s, rec, approvalID(rec.TaskID, t.Payload()))
+	out := w.run(runCtx, &job{spec: spec, slot: s, rec: rec, aid: approvalID(rec.TaskID, t.Payload()), secrets: sec})
+	out.secrets = sec
+	return out
+}
+
+// job is one attempt of a run, as its phases share it.
+type job struct {
+	spec    *tasks.Spec
+	slot    *slot
+	rec     *record.Run
+	aid     string // the id its approval gets, if it comes to one
+	secrets *secrets.Set
 }
 
 // report is the one place a run's end is reported: the record is stored as
@@ -93,6 +116,7 @@ func (w *Worker) report(ctx context.Context, t *asynq.Task, rec *record.Run, out
 	}
 	if out.err != nil {
 		// The worker failed, not the action: asynq retries the task.
+		out.err = errors.New(out.secrets.Redact(out.err.Error())) // asynq keeps it in Redis
 		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictError, out.err.Error()
 	}
 	if rec.State == record.StateFailed && rec.Error == "" {
@@ -104,8 +128,9 @@ func (w *Worker) report(ctx context.Context, t *asynq.Task, rec *record.Run, out
 			rec.Error = joinErr(rec.Error, "queue promotion: "+err.Error())
 		}
 	}
+	redact(rec, out.secrets)
 	w.finish(ctx, t, rec, out.err != nil)
-	final := out.err == nil
+	final := out.err == nil && !out.retry
 	if !final {
 		max, ok := asynq.GetMaxRetry(ctx)
 		final = ok && rec.Attempt > max // the last attempt: no retry will say more
@@ -116,6 +141,8 @@ func (w *Worker) report(ctx context.Context, t *asynq.Task, rec *record.Run, out
 	switch {
 	case out.err != nil:
 		return out.err
+	case out.retry:
+		return fmt.Errorf("run failed with verdict %s, which may pass: %s", rec.Verdict, rec.Error)
 	case rec.State == record.StateFailed:
 		// A step's verdict, or a broken contract, is the action's own: it
 		// is never run again.
@@ -143,6 +170,37 @@ func failure(rec *record.Run) string {
 		return msg
 	}
 	return string(rec.Verdict)
+}
+
+// redact replaces the values of the run's secrets wherever the record
+// holds text a step or a server wrote: nothing of a secret is stored in
+// Redis, logged or shown.
+func redact(rec *record.Run, s *secrets.Set) {
+	if s.Empty() {
+		return
+	}
+	rec.Error = s.Redact(rec.Error)
+	for i := range rec.Steps {
+		st := &rec.Steps[i]
+		st.Error = s.Redact(st.Error)
+		if st.StdoutEncoding == "" {
+			st.Stdout = s.Redact(st.Stdout)
+		}
+		if st.StderrEncoding == "" {
+			st.Stderr = s.Redact(st.Stderr)
+		}
+	}
+	for i := range rec.Inputs {
+		in := &rec.Inputs[i]
+		in.URL, in.FinalURL, in.Error = s.Redact(in.URL), s.Redact(in.FinalURL), s.Redact(in.Error)
+	}
+	for i := range rec.Egress {
+		rec.Egress[i].Reason = s.Redact(rec.Egress[i].Reason)
+	}
+	for i := range rec.SchemaErrors {
+		rec.SchemaErrors[i].Message = s.Redact(rec.SchemaErrors[i].Message)
+		rec.SchemaErrors[i].Path = s.Redact(rec.SchemaErrors[i].Path)
+	}
 }
 
 func (w *Worker) newRecord(ctx context.Context) record.Run {

@@ -9,11 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/internal/collect"
+	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
@@ -30,13 +33,22 @@ type checked struct {
 	verdict    record.Verdict // "" when the output met its contract
 	msg        string
 	violations []record.Violation
+
+	// leaked names the run's secrets found (and redacted) in leakedIn.
+	leaked   []string
+	leakedIn string
 }
 
 // output applies the output contract to a run whose steps all succeeded
-// (check), then the risk policy (decide), then parks or accepts the output
-// (settle). It fills rec.
-func (w *Worker) output(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspace, rec *record.Run, deadline time.Time, uid int, aid string) outcome {
-	c := w.check(ctx, spec, ws, deadline, uid)
+// (check), looks for the run's secrets in what it produced (scrub), then
+// asks the risk policy (decide), then parks or accepts the output
+// (settle). It fills the record.
+func (w *Worker) output(ctx context.Context, j *job, ws *tmpfs.Workspace, deadline time.Time) outcome {
+	spec, rec := j.spec, j.rec
+	c := w.check(ctx, spec, ws, deadline, j.slot.uidN)
+	if c.verdict == "" {
+		c.scrub(j.secrets)
+	}
 	if len(c.result) > 0 {
 		rec.ResultBytes, rec.ResultSHA256 = int64(len(c.result)), hexSHA(c.result)
 	}
@@ -47,7 +59,37 @@ func (w *Worker) output(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspa
 	rec.Artifacts, rec.Refused = c.artifacts.Artifacts, c.artifacts.Refused
 	d := w.decide(spec, rec, c)
 	rec.Decision = &d
-	return w.settle(ctx, spec, rec, c, d, aid)
+	return w.settle(ctx, spec, rec, c, d, j.aid)
+}
+
+// scrub replaces every form of the run's secrets in the result and the
+// artifacts before anything of them is stored (approvals live in Redis;
+// published files are read by others), and keeps the names found. The
+// digests are those of what is staged and published.
+func (c *checked) scrub(s *secrets.Set) {
+	if s.Empty() {
+		return
+	}
+	var where []string
+	if r, found := s.RedactBytes(c.result); len(found) > 0 {
+		c.result, c.leaked = r, append(c.leaked, found...)
+		where = append(where, "the result")
+	}
+	for i := range c.artifacts.Artifacts {
+		a := &c.artifacts.Artifacts[i]
+		if d, found := s.RedactBytes(c.artifacts.Data[a.Name]); len(found) > 0 {
+			c.artifacts.Data[a.Name] = d
+			sum := sha256.Sum256(d)
+			a.SHA256, a.Bytes = hex.EncodeToString(sum[:]), int64(len(d))
+			c.leaked = append(c.leaked, found...)
+			where = append(where, a.Name)
+		}
+	}
+	if len(where) > 0 {
+		slices.Sort(c.leaked)
+		c.leaked = slices.Compact(c.leaked)
+		c.leakedIn = strings.Join(where, ", ")
+	}
 }
 
 // check reads the result and validates it (within the task's deadline),
@@ -109,10 +151,21 @@ func (w *Worker) decide(spec *tasks.Spec, rec *record.Run, c checked) record.Dec
 	for _, st := range rec.Steps {
 		stderr = stderr || st.StderrBytes > 0
 	}
-	return w.cfg.RiskPolicy.Evaluate(policy.Input{
+	d := w.cfg.RiskPolicy.Evaluate(policy.Input{
 		Queue: spec.Queue, Action: spec.Action, ArtifactBytes: c.artifacts.Bytes(), Result: c.result,
-		Network: spec.Network, Stderr: stderr, SpecApproval: spec.Approval,
+		Network: spec.Network, Stderr: stderr, SpecApproval: spec.Approval, SecretInArtifacts: len(c.leaked) > 0,
 	})
+	if len(c.leaked) > 0 {
+		// Whatever the policy says: a human looks at an output that held
+		// a secret (redacted in what was staged), never a rule.
+		reason := fmt.Sprintf("the value of secret %s appears in %s (redacted in what was staged)", strings.Join(c.leaked, ", "), c.leakedIn)
+		if d.Action == record.Park {
+			d.Reasons = append([]string{reason}, d.Reasons...)
+		} else {
+			d = record.Decision{Action: record.Park, Rule: "secret", Reasons: []string{reason}}
+		}
+	}
+	return d
 }
 
 // settle stages the output with its approval, pending or accepted by the

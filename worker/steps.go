@@ -6,11 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-run/airlock/internal/fetch"
 	"github.com/airlock-run/airlock/internal/sandbox"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
@@ -20,11 +22,11 @@ import (
 // Bounds of what a run record lists of out/.
 const maxListed = 256
 
-// run carries the spec out in a fresh workspace of slot s: its files, its
-// steps, then its output. It fills rec with what each phase found.
-//
-// aid is the id the run's approval gets, if it comes to one.
-func (w *Worker) run(ctx context.Context, spec *tasks.Spec, s *slot, rec *record.Run, aid string) outcome {
+// run carries the job out in a fresh workspace of its slot: its files, its
+// inputs, its steps, then its output. It fills the record with what each
+// phase found.
+func (w *Worker) run(ctx context.Context, j *job) outcome {
+	spec, s, rec := j.spec, j.slot, j.rec
 	rec.Isolation.UID = s.uidN
 	box, err := s.sandboxFor(spec.Network)
 	if err != nil {
@@ -48,7 +50,11 @@ func (w *Worker) run(ctx context.Context, spec *tasks.Spec, s *slot, rec *record
 		}
 	}()
 	rec.Workspace.QuotaBytes = ws.Quota()
-	n, err := ws.WriteFiles(spec.Files)
+	inline := make(map[string]string, len(spec.Files))
+	for p, f := range spec.Files {
+		inline[p] = string(f)
+	}
+	n, err := ws.WriteFiles(inline)
 	rec.Workspace.InputBytes = n
 	if err != nil {
 		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictWorkspaceQuota, "write files: "+err.Error()
@@ -58,7 +64,12 @@ func (w *Worker) run(ctx context.Context, spec *tasks.Spec, s *slot, rec *record
 		return outcome{}
 	}
 	deadline := time.Now().Add(time.Duration(spec.Timeout))
-	steps, err := w.runSteps(ctx, spec, box, ws, rec, deadline)
+	if len(spec.Inputs) > 0 {
+		if out, ok := w.fetchInputs(ctx, j, ws, deadline); !ok {
+			return out
+		}
+	}
+	steps, err := w.runSteps(ctx, j, box, ws, deadline)
 	rec.Steps = steps.records
 	if err != nil {
 		return outcome{err: err}
@@ -66,7 +77,7 @@ func (w *Worker) run(ctx context.Context, spec *tasks.Spec, s *slot, rec *record
 	rec.State, rec.Verdict, rec.Error = steps.state, steps.verdict, steps.err
 	var out outcome
 	if rec.State == record.StateCompleted && spec.Output != nil && (spec.Output.Result != "" || len(spec.Output.Artifacts) > 0) {
-		out = w.output(ctx, spec, ws, rec, deadline, s.uidN, aid)
+		out = w.output(ctx, j, ws, deadline)
 	}
 	used, full, err := ws.Usage()
 	if err == nil {
@@ -93,15 +104,27 @@ type stepsResult struct {
 // runSteps runs the spec's steps in order until one fails. Its error is the
 // worker's failure, or errHandedBack; the steps that ran are in the result
 // either way.
-func (w *Worker) runSteps(ctx context.Context, spec *tasks.Spec, box *sandbox.Slot, ws *tmpfs.Workspace, rec *record.Run, deadline time.Time) (stepsResult, error) {
+func (w *Worker) runSteps(ctx context.Context, j *job, box *sandbox.Slot, ws *tmpfs.Workspace, deadline time.Time) (stepsResult, error) {
+	spec, rec := j.spec, j.rec
 	r := stepsResult{records: []record.Step{}, state: record.StateCompleted, verdict: record.VerdictOK}
 	cpu := time.Duration(spec.Limits.CPUTime)
 	for i, st := range spec.Steps {
 		timeout := min(spec.StepTimeout(i), time.Until(deadline))
+		env := st.Env
+		if !j.secrets.Empty() {
+			env = make(map[string]string, len(st.Env))
+			for k, v := range st.Env {
+				env[k] = tasks.Expand(v, j.secrets.Value)
+			}
+		}
 		res, err := box.Run(ctx, sandbox.Step{
-			Argv: st.Run, Env: st.Env, Stdin: st.Stdin,
+			Argv: st.Run, Env: env, Stdin: st.Stdin,
 			Limits: spec.Limits, Timeout: max(timeout, 0),
 		})
+		// What a step printed of a secret is redacted before it is
+		// encoded for the record.
+		res.Stdout.Data, _ = j.secrets.RedactBytes(res.Stdout.Data)
+		res.Stderr.Data, _ = j.secrets.RedactBytes(res.Stderr.Data)
 		if err != nil {
 			if errors.Is(err, sandbox.ErrHelperDied) {
 				// Keep the step, and what it wrote, in the record.
@@ -188,4 +211,44 @@ func classify(r sandbox.Result, workspaceFull bool, cpuLimit time.Duration) reco
 		return record.VerdictSignal
 	}
 	return record.VerdictExit
+}
+
+// fetchInputs downloads the spec's inputs into the workspace, in order,
+// each within the task's deadline. It returns false, with what report must
+// do, when one failed: the run fails with the verdict fetch, and is tried
+// again when the failure may pass (a 5xx, a broken connection).
+func (w *Worker) fetchInputs(ctx context.Context, j *job, ws *tmpfs.Workspace, deadline time.Time) (outcome, bool) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	for i, in := range j.spec.Inputs {
+		headers := make(map[string]string, len(in.Headers))
+		for k, v := range in.Headers {
+			headers[k] = tasks.Expand(v, j.secrets.Value)
+		}
+		res, err := w.fetcher.Fetch(ctx, fetchDest{ws}, fetch.Request{
+			URL: in.URL, Path: in.Path, MaxBytes: int64(in.MaxBytes), SHA256: in.SHA256, Headers: headers,
+		})
+		j.rec.Inputs = append(j.rec.Inputs, res)
+		w.log.Info().Str("task_id", j.rec.TaskID).Str("url", j.secrets.Redact(res.URL)).Int("status", res.Status).
+			Int64("bytes", res.Bytes).Float64("duration_ms", res.DurationMS).Str("error", j.secrets.Redact(res.Error)).Msg("input")
+		if err != nil {
+			var fe *fetch.Error
+			transient := errors.As(err, &fe) && fe.Transient
+			j.rec.State, j.rec.Verdict = record.StateFailed, record.VerdictFetch
+			j.rec.Error = fmt.Sprintf("inputs[%d] %s: %v", i, res.URL, err)
+			return outcome{retry: transient}, false
+		}
+	}
+	return outcome{}, true
+}
+
+// fetchDest is a workspace as a download's destination.
+type fetchDest struct{ ws *tmpfs.Workspace }
+
+func (d fetchDest) WriteStream(rel string, r io.Reader, max int64) (int64, error) {
+	n, err := d.ws.WriteStream(rel, r, max)
+	if errors.Is(err, tmpfs.ErrStreamTooLarge) {
+		err = fmt.Errorf("%w: %v", fetch.ErrTooLarge, err)
+	}
+	return n, err
 }

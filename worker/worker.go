@@ -6,8 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,8 +26,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock/internal/cgroup"
+	"github.com/airlock-run/airlock/internal/fetch"
+	"github.com/airlock-run/airlock/internal/netguard"
 	"github.com/airlock-run/airlock/internal/queuepolicy"
 	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
@@ -74,6 +80,17 @@ type Config struct {
 	Grace             time.Duration // SIGTERM to SIGKILL; default 500ms
 	Logger            zerolog.Logger
 
+	// Inputs and secrets.
+	// SecretsDir holds one file per secret name (-secrets-dir); secrets
+	// come from there or from $AIRLOCK_SECRET_<NAME>, the file first.
+	SecretsDir string
+	// FetchAllow opens destinations the downloads of inputs may not reach
+	// by default (-fetch-allow: IP, CIDR, host, *.domain).
+	FetchAllow []string
+	// FetchTimeout bounds one download, within the task's deadline;
+	// default 5m. The size cap is Policy.MaxInputBytes.
+	FetchTimeout time.Duration
+
 	// Output: contract, risk policy, approvals, promotion.
 	RiskPolicy    *policy.Policy  // default policy.NoPolicy(): every output is parked
 	Sink          promote.Sink    // default promote.FS{Dir: "airlock-store"}
@@ -106,6 +123,8 @@ type Worker struct {
 	inline    *promote.Promoter // for auto-promotion in the run's own task (quiet)
 	events    *events.Stream
 	asynq     *asynq.Client
+	fetcher   *fetch.Fetcher
+	secretSrc secrets.Source
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when shutdown starts: running steps are canceled
@@ -219,6 +238,12 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.binds = binds
+	guard, err := w.guard(cfg.FetchAllow, true)
+	if err != nil {
+		return nil, fmt.Errorf("worker: -fetch-allow %w", err)
+	}
+	w.fetcher = fetch.New(guard, cfg.FetchTimeout)
+	w.secretSrc = secrets.Source{Dir: cfg.SecretsDir}
 	root := os.Geteuid() == 0
 	var missing []string
 	if !root {
@@ -499,6 +524,45 @@ func noSockets(root string) error {
 		}
 		return nil
 	})
+}
+
+// guard builds an address guard from allow-list entries: public addresses
+// open (downloads) or not (egress); the worker's own Redis is refused
+// whatever the entries say.
+func (w *Worker) guard(entries []string, openPublic bool) (*netguard.Guard, error) {
+	g := &netguard.Guard{OpenPublic: openPublic}
+	for _, e := range entries {
+		r, err := netguard.ParseRule(e)
+		if err != nil {
+			return nil, err
+		}
+		g.Rules = append(g.Rules, r)
+	}
+	g.Deny = redisAddrs(w.cfg.Redis)
+	return g, nil
+}
+
+// redisAddrs are the addresses of the worker's Redis, resolved now: no
+// run may reach them, whatever an allow-list says.
+func redisAddrs(rdb redis.UniversalClient) []netip.AddrPort {
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	host, portS, err := net.SplitHostPort(c.Options().Addr)
+	if err != nil {
+		return nil
+	}
+	port, _ := strconv.ParseUint(portS, 10, 16)
+	var out []netip.AddrPort
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.AddrPort{netip.AddrPortFrom(a.Unmap(), uint16(port))}
+	}
+	addrs, _ := net.DefaultResolver.LookupNetIP(context.Background(), "ip", host)
+	for _, a := range addrs {
+		out = append(out, netip.AddrPortFrom(a.Unmap(), uint16(port)))
+	}
+	return out
 }
 
 // Isolation returns the tiers in force, as written into every run record.

@@ -153,7 +153,7 @@ func fixture(t *testing.T) (string, string) {
 	if _, err := st.Accept(ctx, "ap-4e5f60718293", "alice", "looks right; the totals match last week's report within a percent, so it can go out"); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.MarkPromoted(ctx, "ap-4e5f60718293", now.Add(-59*time.Minute)); err != nil {
+	if err := st.MarkPromoted(ctx, "ap-4e5f60718293", now.Add(-59*time.Minute), ""); err != nil {
 		t.Fatal(err)
 	}
 	parkOne(&approve.Approval{

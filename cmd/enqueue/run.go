@@ -20,6 +20,7 @@ const (
 	exitOK       = cli.ExitOK    // enqueued, or finished with -wait whatever the verdict
 	exitError    = cli.ExitError // Redis, a timeout, anything else
 	exitRejected = cli.ExitUsage // bad flags, or the spec was rejected
+	exitNotYet   = 3             // -result: the run's output is not published
 )
 
 // readSlack is how much larger than the payload cap the spec file may be:
@@ -35,12 +36,14 @@ type options struct {
 	retention   time.Duration
 	queue       string
 	waitID      string
+	resultID    string
 	json        bool
 	specPath    string
 }
 
 const usageText = `usage: enqueue [flags] SPEC.json|-     enqueue a spec (- reads it from stdin)
        enqueue [flags] -wait-id TASK_ID  wait for (or read) a task already enqueued
+       enqueue [flags] -result TASK_ID   print a promoted run's result and manifest
 
 Without -wait it prints the task id (with -json: {"task_id", "queue",
 "run_id", "duplicate"}). With -wait it prints the run record as one JSON
@@ -49,7 +52,8 @@ approval. Errors go to stderr, or with -json to stdout as {"error", "field",
 "code"}.
 
 exit status: 0 enqueued (or, with -wait, done whatever its verdict),
-1 error (Redis, -wait-timeout...), 2 bad flags or a rejected spec
+1 error (Redis, -wait-timeout...), 2 bad flags or a rejected spec,
+3 (-result) the run's output is not published (parked, rejected, failed...)
 
 flags:
 `
@@ -68,6 +72,10 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitRejected
 	}
 	if err := run(ctx, o, stdin, stdout, stderr); err != nil {
+		if errors.Is(err, airlock.ErrNotPromoted) {
+			cli.PrintError(stdout, stderr, "enqueue", o.json, err, "", exitNotYet)
+			return exitNotYet
+		}
 		var fe *tasks.FieldError
 		if tasks.IsInvalid(err) && errors.As(err, &fe) {
 			cli.PrintError(stdout, stderr, "enqueue", o.json, fmt.Errorf("spec rejected: %s", fe.Error()), fe.Field, exitRejected)
@@ -94,11 +102,19 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.retention, "retention", airlock.DefaultRetention, "how long the run record is kept after the task ends")
 	fs.StringVar(&o.queue, "queue", "", "queue to enqueue in, overriding the spec's queue (with -wait-id: the task's queue, default \"default\")")
 	fs.StringVar(&o.waitID, "wait-id", "", "wait for the task with this id, already enqueued, and print its record (implies -wait)")
+	fs.StringVar(&o.resultID, "result", "", "print the published result and manifest of this task as JSON ({\"where\", \"manifest\", \"result\"})")
 	fs.BoolVar(&o.json, "json", false, "print JSON: the enqueued task, and errors as {\"error\", \"field\", \"code\"}")
 	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return o, err
 	}
 	switch {
+	case o.resultID != "" && (fs.NArg() != 0 || o.waitID != ""):
+		return o, errors.New("-result takes no spec and no -wait-id (see -h)")
+	case o.resultID != "":
+		if o.queue == "" {
+			o.queue = "default"
+		}
+		return o, nil
 	case o.waitID != "" && fs.NArg() != 0:
 		return o, errors.New("-wait-id takes no spec (see -h)")
 	case o.waitID == "" && fs.NArg() != 1:
@@ -127,6 +143,13 @@ func run(ctx context.Context, o options, stdin io.Reader, stdout, stderr io.Writ
 		return fmt.Errorf("-redis: %w", err)
 	}
 	defer c.Close()
+	if o.resultID != "" {
+		p, err := c.Result(ctx, o.queue, o.resultID)
+		if err != nil {
+			return err
+		}
+		return writeJSON(stdout, map[string]any{"where": p.Where, "manifest": p.Manifest, "result": p.Result})
+	}
 	enq := airlock.Enqueued{TaskID: o.waitID, Queue: o.queue}
 	if o.waitID == "" {
 		data, err := readSpec(o.specPath, stdin, tasks.DefaultMaxPayload)

@@ -9,8 +9,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,6 +24,7 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/contract"
+	csvreport "github.com/airlock-run/airlock/examples/csv-report"
 	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/internal/devredis"
 	"github.com/airlock-run/airlock/internal/redislog"
@@ -42,7 +46,9 @@ type options struct {
 	approvalTTL, sweepInterval                                  time.Duration
 	maxArtifacts                                                int
 	maxArtifactBytes, maxResultBytes, maxStaged                 string
-	roBinds                                                     stringList
+	roBinds, fetchAllow                                         stringList
+	secretsDir, fetchMax                                        string
+	fetchTimeout                                                time.Duration
 }
 
 // stringList is a repeatable string flag.
@@ -90,6 +96,10 @@ flags:
 	fs.DurationVar(&o.checkInterval, "task-check-interval", 10*time.Millisecond, "idle queue poll interval (asynq's default of 1s makes idle latency ~600ms)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 3*time.Second, "wait on shutdown before unfinished tasks are handed back")
 	fs.DurationVar(&o.grace, "grace", 500*time.Millisecond, "time between SIGTERM and SIGKILL when a step is stopped")
+	fs.StringVar(&o.secretsDir, "secrets-dir", "", "directory of secret files, one per name (a spec's secrets come from there, or from $AIRLOCK_SECRET_<NAME>; the file wins)")
+	fs.Var(&o.fetchAllow, "fetch-allow", "IP, CIDR, HOST or *.domain the downloads of inputs may reach besides public addresses (repeatable; e.g. 127.0.0.1 for a local server)")
+	fs.StringVar(&o.fetchMax, "fetch-max-bytes", limits.DefaultMaxInputBytes.String(), "default and maximum size of one input download")
+	fs.DurationVar(&o.fetchTimeout, "fetch-timeout", 5*time.Minute, "bound of one input download (within the task's deadline)")
 	fs.StringVar(&o.policyFile, "policy", "", "risk policy file (JSON or YAML); without one every output is parked")
 	fs.StringVar(&o.storeDir, "store", "airlock-store", "directory promoted outputs are published to (<store>/<run_id>/<task_id>/, 0700/0600)")
 	fs.StringVar(&o.storeGroup, "store-group", "", "group (name or gid) allowed to read the store: directories 0750, files 0640")
@@ -101,7 +111,7 @@ flags:
 	fs.StringVar(&o.maxStaged, "max-staged-bytes", "32MiB", "artifact bytes staged in Redis per approval")
 	fs.StringVar(&o.logFormat, "log-format", "json", "json or console")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn, error")
-	fs.BoolVar(&o.dev, "dev", false, "dev mode: embedded Redis, best-effort isolation, a demo task")
+	fs.BoolVar(&o.dev, "dev", false, "dev mode: embedded Redis, best-effort isolation, the csv-report demo (a partner server on loopback, its token as a secret)")
 	fs.StringVar(&o.devAddr, "dev-addr", "127.0.0.1:6379", "address of the embedded Redis in dev mode")
 	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
@@ -139,6 +149,21 @@ flags:
 		log.Info().Str("redis", o.redisURL).Str("url_file", cli.DevURLFile()).
 			Msg("dev mode: embedded Redis; enqueue and approve in another shell use it by default (or: export REDIS_URL=" + o.redisURL + ")")
 	}
+	var partner *devPartner
+	if o.dev {
+		// The demo's partner: an export behind a bearer token, on
+		// loopback, which the worker's downloads may reach; the token is
+		// the worker's secret PARTNER_TOKEN.
+		if partner, err = startPartner(o.secretsDir); err != nil {
+			return fmt.Errorf("dev mode: partner: %w", err)
+		}
+		defer partner.close()
+		if o.secretsDir == "" {
+			o.secretsDir = partner.secretsDir
+		}
+		o.fetchAllow = append(o.fetchAllow, "127.0.0.1")
+		log.Info().Str("export", partner.url+"/export.csv").Msg("dev mode: the csv-report demo's partner serves its export (bearer token: the secret PARTNER_TOKEN)")
+	}
 	cfg, err := o.config(log)
 	if err != nil {
 		return err
@@ -155,7 +180,7 @@ flags:
 		return err
 	}
 	if o.dev {
-		go demo(ctx, rdb, o.prefix, stdout, log)
+		go demo(ctx, rdb, o.prefix, partner.url, stdout, log)
 	}
 	err = w.Run(ctx)
 	if n := logOut.dropped.Load(); n > 0 {
@@ -177,8 +202,13 @@ func (o *options) config(log zerolog.Logger) (worker.Config, error) {
 	max = max.Merge(base.Max)
 	// Built-in defaults above a lowered maximum follow it down; explicit
 	// -limits above -max-limits are an error (Policy.Check).
+	fetchMax, err := limits.ParseBytes(o.fetchMax)
+	if err != nil || fetchMax <= 0 {
+		return worker.Config{}, fmt.Errorf("-fetch-max-bytes: %q is not a positive size", o.fetchMax)
+	}
 	pol := limits.Policy{
-		Default: def.Merge(base.Default.Clamp(max)), Max: max,
+		MaxInputBytes: fetchMax,
+		Default:       def.Merge(base.Default.Clamp(max)), Max: max,
 		DefaultTimeout: limits.Duration(min(o.timeout, o.maxTimeout)), MaxTimeout: limits.Duration(o.maxTimeout),
 		AllowNetwork: o.allowNetwork,
 	}
@@ -217,7 +247,8 @@ func (o *options) config(log zerolog.Logger) (worker.Config, error) {
 		Artifacts:   contract.Limits{MaxCount: o.maxArtifacts, MaxBytes: int64(sizes[0]), MaxResult: int64(sizes[1])},
 		Concurrency: o.concurrency, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
 		Isolation: o.isolation, UIDFirst: first, UIDCount: count, UIDLockDir: o.uidLockDir,
-		Landlock: &landlock, Cgroup: o.cgroupMode, ROBinds: o.roBinds, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
+		Landlock: &landlock, Cgroup: o.cgroupMode, ROBinds: o.roBinds,
+		SecretsDir: o.secretsDir, FetchAllow: o.fetchAllow, FetchTimeout: o.fetchTimeout, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
 		ShutdownTimeout: o.shutdownTimeout, Grace: o.grace, Logger: log,
 	}, nil
 }
@@ -307,31 +338,53 @@ func envOr(k, def string) string {
 	return def
 }
 
-// demoSpec is the task dev mode runs at start: a script that reads an input
-// file and writes a JSON result.
-const demoSpec = `{
-  "version": 1,
-  "run_id": "demo",
-  "action": "demo.count-words",
-  "files": {
-    "in/words.txt": "airlock runs agent actions as bounded jobs\n",
-    "count.sh": "set -eu\nwords=$(wc -w < in/words.txt)\nprintf '{\"words\": %d}\\n' \"$words\" > out/result.json\ntr ' ' '\\n' < in/words.txt > out/words.csv\necho \"counted $words words\"\n"
-  },
-  "steps": [
-    {"name": "count", "run": ["sh", "count.sh"], "timeout": "10s"}
-  ],
-  "limits": {"memory": "256MiB", "cpu_time": "5s"},
-  "output": {
-    "result": "out/result.json",
-    "schema": {"type": "object", "required": ["words"], "properties": {"words": {"type": "integer", "minimum": 0}}},
-    "artifacts": ["out/*.csv"]
-  }
-}`
+// devPartner is the csv-report demo's partner server, run by dev mode.
+type devPartner struct {
+	url        string
+	secretsDir string // a temporary directory holding PARTNER_TOKEN
+	srv        *http.Server
+}
 
-// demo enqueues demoSpec, waits for its record and prints it.
-func demo(ctx context.Context, rdb redis.UniversalClient, prefix string, stdout io.Writer, log zerolog.Logger) {
+// startPartner serves the demo's export on a free loopback port, with a
+// new token, written as the secret PARTNER_TOKEN into a temporary secrets
+// directory (or into dir, the operator's -secrets-dir, when it has none).
+func startPartner(dir string) (*devPartner, error) {
+	p := &devPartner{}
+	token := csvreport.NewToken()
+	if dir == "" {
+		d, err := os.MkdirTemp("", "airlock-dev-secrets-")
+		if err != nil {
+			return nil, err
+		}
+		dir, p.secretsDir = d, d
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "PARTNER_TOKEN")); err == nil {
+		token = strings.TrimSpace(string(b))
+	} else if err := os.WriteFile(filepath.Join(dir, "PARTNER_TOKEN"), []byte(token+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p.url = "http://" + ln.Addr().String()
+	p.srv = &http.Server{Handler: &csvreport.Partner{Token: token, Rows: 500}, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+func (p *devPartner) close() {
+	_ = p.srv.Close()
+	if p.secretsDir != "" {
+		_ = os.RemoveAll(p.secretsDir)
+	}
+}
+
+// demo enqueues the csv-report example against the dev partner, waits for
+// its record and prints it.
+func demo(ctx context.Context, rdb redis.UniversalClient, prefix, partner string, stdout io.Writer, log zerolog.Logger) {
 	c := airlock.NewClient(rdb, airlock.ClientOptions{Prefix: prefix})
-	spec, err := tasks.Decode([]byte(demoSpec))
+	spec, err := csvreport.Spec(partner)
 	if err == nil {
 		var e airlock.Enqueued
 		e, err = c.Enqueue(ctx, spec)
@@ -347,7 +400,7 @@ func demo(ctx context.Context, rdb redis.UniversalClient, prefix string, stdout 
 				if rec.ApprovalID != "" {
 					ev = ev.Str("approval_id", rec.ApprovalID).Str("next", "approve accept "+rec.ApprovalID)
 				}
-				ev.Msg("demo task done; the worker keeps serving (Ctrl-C to stop)")
+				ev.Msg("demo (csv-report) done; the worker keeps serving (Ctrl-C to stop)")
 				return
 			}
 		}

@@ -1,0 +1,283 @@
+// Package netguard decides which network destinations the worker may dial
+// on a run's behalf (its downloads of inputs, its egress proxy), and dials
+// them: the check is made on the address actually dialed, after the name
+// was resolved once, so a name that resolves elsewhere the second time (DNS
+// rebinding) changes nothing.
+//
+// Refused by default, whatever the spelling of the URL: loopback, private
+// (RFC 1918), link-local (169.254.0.0/16, the cloud metadata address
+// included), CGNAT (100.64.0.0/10), multicast, unspecified, broadcast,
+// reserved and documentation ranges, IPv6 loopback, ULA, link-local and
+// multicast, and IPv4-mapped or NAT64 forms of any of them. Numeric host
+// spellings other than canonical dotted quads and bracketed IPv6
+// (2130706433, 0x7f.1, 127.1) are refused outright: resolvers disagree on
+// what they mean.
+//
+// An operator's rule opens exactly what it names: an IP or CIDR opens those
+// addresses, refused ranges included; a host name opens that host at
+// whatever address it resolves to; "*.example.com" opens its subdomains at
+// public addresses only.
+package netguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// refused are the ranges a run may not reach unless an IP or CIDR rule
+// names them.
+var refused = mustPrefixes(
+	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+	"172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16",
+	"198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+	"::/128", "::1/128", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001:db8::/32",
+	"fc00::/7", "fe80::/10", "ff00::/8",
+)
+
+func mustPrefixes(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParsePrefix(s)
+	}
+	return out
+}
+
+// Rule is one entry of an allow-list.
+type Rule struct {
+	host     string // exact host name, lower case
+	wildcard string // ".example.com" for *.example.com
+	prefix   netip.Prefix
+}
+
+func (r Rule) String() string {
+	switch {
+	case r.host != "":
+		return r.host
+	case r.wildcard != "":
+		return "*" + r.wildcard
+	}
+	return r.prefix.String()
+}
+
+// ParseRule parses an allow-list entry: an IP ("127.0.0.1", "::1"), a CIDR
+// ("10.0.0.0/8"), a host name ("partner.example") or "*.domain".
+func ParseRule(s string) (Rule, error) {
+	s = strings.TrimSpace(s)
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return Rule{prefix: p.Masked()}, nil
+	}
+	if a, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
+		return Rule{prefix: netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())}, nil
+	}
+	h := strings.ToLower(s)
+	if rest, ok := strings.CutPrefix(h, "*."); ok {
+		if !validHost(rest) {
+			return Rule{}, fmt.Errorf("%q: want an IP, a CIDR, a host name or *.domain", s)
+		}
+		return Rule{wildcard: "." + rest}, nil
+	}
+	if !validHost(h) || numericHost(h) {
+		return Rule{}, fmt.Errorf("%q: want an IP, a CIDR, a host name or *.domain", s)
+	}
+	return Rule{host: h}, nil
+}
+
+func validHost(h string) bool {
+	if h == "" || len(h) > 253 || strings.HasPrefix(h, ".") || strings.HasSuffix(h, ".") {
+		return false
+	}
+	for _, c := range h {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// numericHost reports whether h looks like a numeric IPv4 spelling (digits,
+// hex, dots): only canonical dotted quads are taken as addresses.
+func numericHost(h string) bool {
+	if h == "" {
+		return false
+	}
+	for _, part := range strings.Split(h, ".") {
+		p := strings.TrimPrefix(strings.TrimPrefix(part, "0x"), "0X")
+		if p == "" {
+			return false
+		}
+		if _, err := strconv.ParseUint(p, 16, 64); err != nil {
+			return false
+		}
+	}
+	// a name made of hex-looking labels only ("cafe.beef") is ambiguous
+	// enough to refuse too
+	return true
+}
+
+// Guard decides which destinations may be dialed.
+type Guard struct {
+	// Rules open destinations (see the package doc).
+	Rules []Rule
+	// OpenPublic lets every public address through (input downloads);
+	// without it only Rules do (the egress proxy).
+	OpenPublic bool
+	// Deny are refused whatever the rules say: the worker's own Redis.
+	Deny []netip.AddrPort
+	// Resolver resolves names; default a pure-Go resolver.
+	Resolver *net.Resolver
+	// Timeout bounds a connection; default 10s.
+	Timeout time.Duration
+}
+
+// ErrRefused is matched by the error of a destination the guard refuses.
+var ErrRefused = errors.New("destination refused")
+
+// RefusedError says why a destination was refused.
+type RefusedError struct {
+	Host string
+	Addr netip.Addr // zero when the host itself was refused
+	Why  string
+}
+
+func (e *RefusedError) Error() string {
+	if e.Addr.IsValid() {
+		return fmt.Sprintf("%s (%s) refused: %s", e.Host, e.Addr, e.Why)
+	}
+	return fmt.Sprintf("%s refused: %s", e.Host, e.Why)
+}
+
+// Is reports whether target is ErrRefused.
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+
+// Check reports whether host (as the URL or CONNECT names it) may be
+// reached at addr:port.
+func (g *Guard) Check(host string, addr netip.Addr, port uint16) error {
+	addr = addr.Unmap()
+	host = strings.ToLower(strings.Trim(host, "[]"))
+	for _, d := range g.Deny {
+		if d.Addr().Unmap() == addr && (d.Port() == 0 || d.Port() == port) {
+			return &RefusedError{Host: host, Addr: addr, Why: "the worker's own Redis"}
+		}
+	}
+	inRefused := isRefused(addr)
+	for _, r := range g.Rules {
+		switch {
+		case r.prefix.IsValid() && r.prefix.Contains(addr):
+			return nil
+		case r.host != "" && r.host == host:
+			return nil
+		case r.wildcard != "" && strings.HasSuffix(host, r.wildcard) && !inRefused:
+			return nil
+		}
+	}
+	if inRefused {
+		return &RefusedError{Host: host, Addr: addr, Why: "a loopback, private, link-local or reserved address (open it with an IP or CIDR rule)"}
+	}
+	if !g.OpenPublic {
+		return &RefusedError{Host: host, Addr: addr, Why: "not in the allow-list"}
+	}
+	return nil
+}
+
+func isRefused(a netip.Addr) bool {
+	if !a.IsValid() {
+		return true
+	}
+	if a.Is4() && a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return true
+	}
+	for _, p := range refused {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	// NAT64 and 6to4 encodings of a refused IPv4 address.
+	if a.Is6() {
+		b := a.As16()
+		if b[0] == 0x20 && b[1] == 0x02 { // 2002::/16 (6to4)
+			return isRefused(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}))
+		}
+	}
+	return false
+}
+
+// DialContext dials address ("host:port") for a run: the host is
+// resolved once, each address checked, and the first allowed one dialed
+// by address, so that the address checked is the address connected to.
+func (g *Guard) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	host, portS, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.ParseUint(portS, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("port %q: %w", portS, err)
+	}
+	addrs, err := g.resolve(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	var firstErr error
+	timeout := g.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	for _, a := range addrs {
+		if err := g.Check(host, a, uint16(port)); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		d := net.Dialer{Timeout: timeout, Control: func(_, addr string, _ syscall.RawConn) error {
+			// The socket connects where the check said, nowhere else.
+			ap, err := netip.ParseAddrPort(addr)
+			if err != nil || ap.Addr().Unmap() != a.Unmap() {
+				return fmt.Errorf("netguard: dialing %s, checked %s", addr, a)
+			}
+			return nil
+		}}
+		c, err := d.DialContext(ctx, network, netip.AddrPortFrom(a, uint16(port)).String())
+		if err == nil {
+			return c, nil
+		}
+		if firstErr == nil || errors.Is(firstErr, ErrRefused) {
+			firstErr = err
+		}
+	}
+	if firstErr == nil {
+		firstErr = fmt.Errorf("%s: no address", host)
+	}
+	return nil, firstErr
+}
+
+// resolve returns the addresses of host: itself when it is a canonical IP;
+// an error for other numeric spellings.
+func (g *Guard) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	h := strings.Trim(host, "[]")
+	if a, err := netip.ParseAddr(h); err == nil {
+		if a.Zone() != "" {
+			return nil, &RefusedError{Host: host, Why: "an address with a zone"}
+		}
+		return []netip.Addr{a}, nil
+	}
+	if numericHost(strings.ToLower(h)) {
+		return nil, &RefusedError{Host: host, Why: "a numeric host that is not a dotted quad (resolvers read such spellings differently)"}
+	}
+	r := g.Resolver
+	if r == nil {
+		r = &net.Resolver{PreferGo: true}
+	}
+	addrs, err := r.LookupNetIP(ctx, "ip", h)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", host, err)
+	}
+	return addrs, nil
+}

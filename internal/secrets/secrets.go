@@ -1,0 +1,157 @@
+// Package secrets gives a run the secrets its spec names, from the
+// worker's side only (never through Redis): a file per name in the
+// worker's secrets directory, or the environment variable
+// AIRLOCK_SECRET_<NAME>; the file wins when both exist. A Set also redacts
+// its values, and their base64 and URL-encoded forms, from what the run
+// reports.
+package secrets
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// EnvPrefix prefixes the environment variable of a secret.
+const EnvPrefix = "AIRLOCK_SECRET_"
+
+// MinLength is the shortest secret value accepted: a shorter one would
+// redact ordinary text.
+const MinLength = 6
+
+// maxFile bounds a secret file.
+const maxFile = 64 << 10
+
+// Mask replaces a secret's value wherever it is redacted.
+const Mask = "[REDACTED]"
+
+// ErrMissing is matched by the error of a secret the worker does not have.
+var ErrMissing = errors.New("secret not provided by the worker")
+
+// Source is where a worker's secrets come from.
+type Source struct {
+	Dir string // -secrets-dir: one file per name; "" for none
+}
+
+// Get returns the value of name: the file Dir/name (its content, without
+// one trailing newline) or, when there is none, $AIRLOCK_SECRET_<name>.
+func (s Source) Get(name string) (string, error) {
+	if s.Dir != "" {
+		f, err := os.Open(filepath.Join(s.Dir, name))
+		if err == nil {
+			defer f.Close()
+			b := make([]byte, maxFile+1)
+			n, rerr := f.Read(b)
+			if rerr != nil && n == 0 {
+				return "", fmt.Errorf("secret %s: %v", name, rerr)
+			}
+			if n > maxFile {
+				return "", fmt.Errorf("secret %s: file above %d bytes", name, maxFile)
+			}
+			return strings.TrimSuffix(strings.TrimSuffix(string(b[:n]), "\n"), "\r"), nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("secret %s: %v", name, err)
+		}
+	}
+	if v, ok := os.LookupEnv(EnvPrefix + name); ok {
+		return v, nil
+	}
+	return "", fmt.Errorf("%w: %s (give it as the file %s in -secrets-dir or as $%s%s)", ErrMissing, name, name, EnvPrefix, name)
+}
+
+// Set is the secrets of one run.
+type Set struct {
+	values map[string]string
+	forms  [][]byte // every value's forms, longest first
+	names  map[string]string
+}
+
+// Load reads names; an error names the first it could not get (never a
+// value).
+func (s Source) Load(names []string) (*Set, error) {
+	set := &Set{values: map[string]string{}, names: map[string]string{}}
+	for _, n := range names {
+		v, err := s.Get(n)
+		if err != nil {
+			return nil, err
+		}
+		if len(v) < MinLength {
+			return nil, fmt.Errorf("secret %s: shorter than %d bytes, too short to redact safely", n, MinLength)
+		}
+		set.values[n] = v
+		for _, f := range forms(v) {
+			if _, dup := set.names[f]; !dup {
+				set.names[f] = n
+				set.forms = append(set.forms, []byte(f))
+			}
+		}
+	}
+	slices.SortFunc(set.forms, func(a, b []byte) int { return len(b) - len(a) })
+	return set, nil
+}
+
+// forms are the spellings of v that redaction looks for.
+func forms(v string) []string {
+	b := []byte(v)
+	out := []string{v,
+		base64.StdEncoding.EncodeToString(b), base64.RawStdEncoding.EncodeToString(b),
+		base64.URLEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b),
+		url.QueryEscape(v), url.PathEscape(v),
+	}
+	var keep []string
+	for _, f := range out {
+		if len(f) >= MinLength && !slices.Contains(keep, f) {
+			keep = append(keep, f)
+		}
+	}
+	return keep
+}
+
+// Value returns the value of a loaded secret.
+func (s *Set) Value(name string) string {
+	if s == nil {
+		return ""
+	}
+	return s.values[name]
+}
+
+// Empty reports whether the set holds no secret.
+func (s *Set) Empty() bool { return s == nil || len(s.values) == 0 }
+
+// Redact replaces every form of every value in t with Mask.
+func (s *Set) Redact(t string) string {
+	if s.Empty() || t == "" {
+		return t
+	}
+	b, found := s.RedactBytes([]byte(t))
+	if len(found) == 0 {
+		return t
+	}
+	return string(b)
+}
+
+// RedactBytes returns b with every form of every value replaced by Mask,
+// and the names of the secrets found (sorted, once each).
+func (s *Set) RedactBytes(b []byte) ([]byte, []string) {
+	if s.Empty() {
+		return b, nil
+	}
+	var found []string
+	for _, f := range s.forms {
+		if bytes.Contains(b, f) {
+			b = bytes.ReplaceAll(b, f, []byte(Mask))
+			if n := s.names[string(f)]; !slices.Contains(found, n) {
+				found = append(found, n)
+			}
+		}
+	}
+	slices.Sort(found)
+	return b, found
+}

@@ -1,0 +1,135 @@
+package airlock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/promote"
+	"github.com/airlock-run/airlock/record"
+)
+
+// ErrNotPromoted is matched (errors.Is) by the error of Result for a run
+// whose output is not published: a *NotPromotedError says its state.
+var ErrNotPromoted = errors.New("run not promoted")
+
+// NotPromotedError is the error of Result for a run with no published
+// output.
+type NotPromotedError struct {
+	TaskID string
+	State  record.State // parked, accepted, rejected, expired, failed, completed (no output)...
+	Why    string
+}
+
+func (e *NotPromotedError) Error() string {
+	msg := fmt.Sprintf("airlock: task %s is %s, not promoted", e.TaskID, e.State)
+	if e.Why != "" {
+		msg += ": " + e.Why
+	}
+	return msg
+}
+
+// Is reports whether target is ErrNotPromoted.
+func (e *NotPromotedError) Is(target error) bool { return target == ErrNotPromoted }
+
+// Published is a promoted run's output, as the store holds it.
+type Published struct {
+	Manifest promote.Manifest
+	// Result is the JSON result (nil when the run had none).
+	Result json.RawMessage
+	// Where is where the store holds it (a directory of the worker's
+	// filesystem store).
+	Where string
+}
+
+// maxManifest and maxResult bound what Result reads.
+const (
+	maxManifest = 4 << 20
+	maxResult   = 64 << 20
+)
+
+// Result returns the published output of task taskID of queue: its
+// manifest and its result, read from where the worker published them
+// (the filesystem store, which this process must be able to read). A run
+// whose output is not published gives a *NotPromotedError that says its
+// state (parked, rejected, expired, failed...); a task that is not in the
+// queue, an error matching ErrNotFound.
+func (c *Client) Result(ctx context.Context, queue, taskID string) (*Published, error) {
+	info, err := c.insp.GetTaskInfo(queue, taskID)
+	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+		return nil, &NotFoundError{Queue: queue, TaskID: taskID, Err: err}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("airlock: task %s: %w", taskID, err)
+	}
+	if len(info.Result) == 0 {
+		return nil, &NotPromotedError{TaskID: taskID, State: record.State(info.State.String()), Why: "no run record yet"}
+	}
+	rec, err := decodeRecord(info)
+	if err != nil {
+		return nil, err
+	}
+	where := rec.PublishedTo
+	if rec.ApprovalID != "" && where == "" {
+		a, err := c.store.Get(ctx, rec.ApprovalID)
+		if err != nil && !errors.Is(err, approve.ErrNotFound) {
+			return nil, fmt.Errorf("airlock: approval %s: %w", rec.ApprovalID, err)
+		}
+		if err == nil {
+			applyApproval(rec, a)
+			where = a.PublishedTo
+		}
+	}
+	if rec.State != record.StatePromoted {
+		why := rec.Error
+		if rec.Decision != nil && rec.State == record.StateParked {
+			why = "waiting for approval " + rec.ApprovalID
+		}
+		return nil, &NotPromotedError{TaskID: taskID, State: rec.State, Why: why}
+	}
+	if where == "" {
+		return nil, &NotPromotedError{TaskID: taskID, State: rec.State, Why: "the store did not say where it published"}
+	}
+	mb, err := readBounded(filepath.Join(where, "manifest.json"), maxManifest)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: task %s was published to %s, which this process cannot read: %w", taskID, where, err)
+	}
+	p := &Published{Where: where}
+	if err := json.Unmarshal(mb, &p.Manifest); err != nil {
+		return nil, fmt.Errorf("airlock: %s/manifest.json: %w", where, err)
+	}
+	if p.Manifest.TaskID != taskID {
+		return nil, fmt.Errorf("airlock: %s holds task %s, not %s", where, p.Manifest.TaskID, taskID)
+	}
+	if p.Manifest.Result != nil {
+		rb, err := readBounded(filepath.Join(where, promote.ResultName), maxResult)
+		if err != nil {
+			return nil, fmt.Errorf("airlock: %s: %w", where, err)
+		}
+		p.Result = rb
+	}
+	return p, nil
+}
+
+func readBounded(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
+	}
+	return b, nil
+}
