@@ -72,6 +72,9 @@ type NotFoundError struct {
 
 // Error names the task and queue, with a hint.
 func (e *NotFoundError) Error() string {
+	if e.Queue == "" {
+		return fmt.Sprintf("airlock: task %q not found in any queue (check the id; a finished task is kept only for the retention period)", e.TaskID)
+	}
 	return fmt.Sprintf("airlock: task %q not found in queue %q (check the queue and id; a finished task is kept only for the retention period)", e.TaskID, e.Queue)
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/hibiken/asynq"
 
@@ -55,13 +56,41 @@ const (
 	maxResult   = 64 << 20
 )
 
-// Result returns the published output of task taskID of queue: its
-// manifest and its result, read from where the worker published them
-// (the filesystem store, which this process must be able to read). A run
-// whose output is not published gives a *NotPromotedError that says its
-// state (parked, rejected, expired, failed...); a task that is not in the
-// queue, an error matching ErrNotFound.
-func (c *Client) Result(ctx context.Context, queue, taskID string) (*Published, error) {
+// Result returns the published output of task taskID: its manifest and
+// its result, read from where the worker published them (the filesystem
+// store, which this process must be able to read). The task is looked for
+// in every queue; ResultIn looks in one. A run whose output is not
+// published gives a *NotPromotedError that says its state (parked,
+// rejected, expired, failed...); a task in no queue, an error matching
+// ErrNotFound.
+func (c *Client) Result(ctx context.Context, taskID string) (*Published, error) {
+	queues, err := c.insp.Queues()
+	if err != nil {
+		return nil, fmt.Errorf("airlock: list queues: %w", err)
+	}
+	var found []string
+	var info *asynq.TaskInfo
+	for _, q := range queues {
+		ti, err := c.insp.GetTaskInfo(q, taskID)
+		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("airlock: task %s in queue %q: %w", taskID, q, err)
+		}
+		found, info = append(found, q), ti
+	}
+	switch len(found) {
+	case 0:
+		return nil, &NotFoundError{TaskID: taskID, Err: asynq.ErrTaskNotFound}
+	case 1:
+		return c.published(ctx, taskID, info)
+	}
+	return nil, fmt.Errorf("airlock: task %s is in queues %s: say which (ResultIn, enqueue -queue)", taskID, strings.Join(found, ", "))
+}
+
+// ResultIn is Result for the task taskID of queue.
+func (c *Client) ResultIn(ctx context.Context, queue, taskID string) (*Published, error) {
 	info, err := c.insp.GetTaskInfo(queue, taskID)
 	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
 		return nil, &NotFoundError{Queue: queue, TaskID: taskID, Err: err}
@@ -69,6 +98,11 @@ func (c *Client) Result(ctx context.Context, queue, taskID string) (*Published, 
 	if err != nil {
 		return nil, fmt.Errorf("airlock: task %s: %w", taskID, err)
 	}
+	return c.published(ctx, taskID, info)
+}
+
+// published reads what task taskID published, as its info says.
+func (c *Client) published(ctx context.Context, taskID string, info *asynq.TaskInfo) (*Published, error) {
 	if len(info.Result) == 0 {
 		return nil, &NotPromotedError{TaskID: taskID, State: record.State(info.State.String()), Why: "no run record yet"}
 	}

@@ -37,7 +37,7 @@ const (
 )
 
 // AllSections is every section, the default of Options.Sections.
-var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals}
+var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch}
 
 // Options configure a run. Zero fields take the defaults.
 type Options struct {
@@ -60,6 +60,9 @@ type Options struct {
 	Workloads []string
 	// RSSTasks overrides the size of the RSS run when positive.
 	RSSTasks int
+	// FetchBytes is the size of the fetch section's download; default
+	// DefaultFetchBytes.
+	FetchBytes int64
 	// CPUProfile, when set, adds one Airlock run of the trivial workload at
 	// the highest concurrency (not counted in the table) whose worker
 	// writes a CPU profile there.
@@ -149,6 +152,7 @@ type Report struct {
 	Overhead   []OverheadRow   `json:"overhead,omitempty"`
 	RSS        []RSSRow        `json:"rss,omitempty"`
 	Approvals  *ApprovalsRow   `json:"approvals,omitempty"`
+	Fetch      *FetchRow       `json:"fetch,omitempty"`
 	Profile    string          `json:"cpu_profile,omitempty"`
 	Notes      []string        `json:"notes,omitempty"`
 	Skipped    []string        `json:"skipped,omitempty"`
@@ -484,6 +488,13 @@ func (h *harness) run(ctx context.Context) error {
 			}
 			h.rep.RSS = append(h.rep.RSS, row)
 		}
+	}
+	if h.want(SecFetch) {
+		row, err := h.fetch(ctx)
+		if err != nil {
+			return fmt.Errorf("fetch: %w", err)
+		}
+		h.rep.Fetch = row
 	}
 	if h.opt.CPUProfile != "" {
 		if err := h.profile(ctx); err != nil {

@@ -119,6 +119,8 @@ func workerChild(args []string) error {
 	c.fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the worker here")
 	c.fs.StringVar(&store, "store", "", "directory promoted outputs go to")
 	c.fs.StringVar(&logLevel, "log-level", "info", "worker log level")
+	var fetchAllow string
+	c.fs.StringVar(&fetchAllow, "fetch-allow", "", "what input downloads may reach besides public addresses, comma-separated")
 	rdb, err := c.parse(args)
 	if err != nil {
 		return err
@@ -133,6 +135,9 @@ func workerChild(args []string) error {
 		WorkspaceRoot: c.root, Isolation: isolation, UIDFirst: uidFirst, UIDCount: uidCount,
 		UIDLockDir: uidLock, TaskCheckInterval: c.checkInterval,
 		Logger: zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger(),
+	}
+	if fetchAllow != "" {
+		cfg.FetchAllow = strings.Split(fetchAllow, ",")
 	}
 	if store != "" {
 		if err := configureOutput(&cfg, store); err != nil {

@@ -30,7 +30,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var conc, sections, workloads string
 	var asJSON, quiet bool
 	var jsonOut string
-	fs.StringVar(&opt.RedisURL, "redis", def, "Redis URL (default from "+from+"); a dedicated database is best, e.g. redis://127.0.0.1:6379/9")
+	fs.StringVar(&opt.RedisURL, "redis", def, cli.RedisUsage(from)+"; a dedicated database is best, e.g. redis://127.0.0.1:6379/9")
 	fs.IntVar(&opt.N, "n", FullN, "scale: tasks per throughput run (CPU-bound: n/5), idle-latency tasks max(n/5,20), overhead iterations n, approvals 10n, RSS-run tasks n²/10")
 	fs.IntVar(&opt.Rounds, "rounds", 3, "interleaved rounds; figures are their median, min and max")
 	fs.StringVar(&conc, "concurrency", "", "concurrencies of the throughput runs, comma-separated (default 2 and 2×cores+1)")
@@ -39,6 +39,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&intervals, "check-intervals", "", "task check intervals the idle section compares, comma-separated (default 1ms,2ms,5ms,10ms)")
 	fs.StringVar(&workloads, "workloads", "", "throughput workloads, comma-separated: "+strings.Join(AllWorkloads, ","))
 	fs.IntVar(&opt.RSSTasks, "rss-tasks", 0, "tasks of the RSS run (default n²/10: 100000 at the full n)")
+	var fetchMB int
+	fs.IntVar(&fetchMB, "fetch-mb", DefaultFetchBytes>>20, "size of the fetch section's download, MiB")
 	fs.StringVar(&opt.CPUProfile, "cpuprofile", "", "also profile a worker on the trivial workload and write its CPU profile here")
 	fs.StringVar(&opt.WorkerLogLevel, "worker-log-level", "info", "log level of the Airlock workers (info, as deployed)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of tables")
@@ -70,6 +72,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		opt.CheckIntervals = append(opt.CheckIntervals, d)
 	}
+	if fetchMB <= 0 {
+		fmt.Fprintf(stderr, "bench: -fetch-mb: must be positive\n")
+		return 2
+	}
+	opt.FetchBytes = int64(fetchMB) << 20
 	if conc != "" {
 		for _, s := range strings.Split(conc, ",") {
 			c, err := strconv.Atoi(strings.TrimSpace(s))

@@ -92,6 +92,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(r.Idle) > 0 {
 		b.WriteString(idleTable(r.Idle))
 	}
+	if r.Fetch != nil {
+		b.WriteString(fetchTable(r.Fetch))
+	}
 	if len(r.Overhead) > 0 {
 		fmt.Fprintf(&b, "\nPer-task overhead breakdown, µs per operation (in-process, sequential)\n")
 		fmt.Fprintln(&b, "CPU µs: CPU time of every process involved (this one, the slot helper, the step), median")

@@ -49,8 +49,8 @@ const (
 	VerdictCanceled       Verdict = "canceled"        // the worker shut down mid-step
 	VerdictError          Verdict = "error"           // the worker failed; see error
 	VerdictSchema         Verdict = "schema"          // the result does not satisfy output.schema
-	VerdictOutput         Verdict = "output"
-	VerdictFetch          Verdict = "fetch" // an input could not be downloaded (refused address, status, size, sha256, timeout)          // the result or artifacts broke the contract (missing, not a regular file, too large, not JSON)
+	VerdictOutput         Verdict = "output"          // the result or artifacts broke the contract (missing, not a regular file, too large, not JSON)
+	VerdictFetch          Verdict = "fetch"           // an input could not be downloaded (refused address, status, size, sha256, timeout)
 )
 
 // Run is the record of one attempt of a task.

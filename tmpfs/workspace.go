@@ -168,31 +168,47 @@ func (w *Workspace) writeFile(top int, rel string, r io.Reader, max int64) (int6
 	if err := unix.Fchown(fd, w.uid, w.gid); err != nil {
 		return 0, err
 	}
-	var n int64
-	buf := make([]byte, 32<<10)
-	for {
-		k, rerr := r.Read(buf)
-		if max >= 0 && n+int64(k) > max {
-			return n, fmt.Errorf("%w (%d)", ErrStreamTooLarge, max)
-		}
-		for b := buf[:k]; len(b) > 0; {
-			m, err := unix.Write(fd, b)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil {
-				return n, err
-			}
-			n += int64(m)
-			b = b[m:]
-		}
-		if rerr == io.EOF {
-			return n, nil
-		}
-		if rerr != nil {
-			return n, rerr
-		}
+	fw := &fdWriter{fd: fd, max: max}
+	if wt, ok := r.(io.WriterTo); ok {
+		// The reader writes its own buffers (no copy in between).
+		_, err = wt.WriteTo(fw)
+		return fw.n, err
 	}
+	// Large reads for streams (fewer syscalls per byte); small inputs get
+	// a buffer their size.
+	size := 256 << 10
+	if l, ok := r.(interface{ Len() int }); ok && l.Len() < size {
+		size = l.Len() + 1
+	}
+	_, err = io.CopyBuffer(fw, struct{ io.Reader }{r}, make([]byte, size))
+	return fw.n, err
+}
+
+// fdWriter writes to a file descriptor, at most max bytes (max < 0: no
+// bound): a write past it writes nothing and fails with ErrStreamTooLarge.
+type fdWriter struct {
+	fd  int
+	max int64
+	n   int64
+}
+
+func (w *fdWriter) Write(p []byte) (int, error) {
+	if w.max >= 0 && w.n+int64(len(p)) > w.max {
+		return 0, fmt.Errorf("%w (%d)", ErrStreamTooLarge, w.max)
+	}
+	done := 0
+	for done < len(p) {
+		m, err := unix.Write(w.fd, p[done:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return done, err
+		}
+		done += m
+		w.n += int64(m)
+	}
+	return done, nil
 }
 
 // Usage returns the bytes the workspace uses and whether it is full.

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-run/airlock/internal/egress"
 	"github.com/airlock-run/airlock/internal/fetch"
 	"github.com/airlock-run/airlock/internal/sandbox"
 	"github.com/airlock-run/airlock/record"
@@ -37,7 +38,13 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 		net := isolationOf(box.Status())
 		rec.Isolation.Root, rec.Isolation.Landlock, rec.Isolation.Seccomp = net.Root, net.Landlock, net.Seccomp
 		rec.Isolation.IPC, rec.Isolation.Keys, rec.Isolation.FDs = net.IPC, net.Keys, net.FDs
-		rec.Isolation.Network = "host network (allowed by the operator, asked by the spec)"
+		rec.Isolation.Network = w.egressLine()
+		er := egress.NewRun(w.egress, w.cfg.EgressMaxBytes)
+		s.egressRun.Store(er)
+		defer func() {
+			s.egressRun.Store(nil)
+			rec.Egress = er.Close()
+		}()
 	}
 	ws, err := s.area.Create(int64(spec.Limits.Workspace))
 	if err != nil {
@@ -111,10 +118,19 @@ func (w *Worker) runSteps(ctx context.Context, j *job, box *sandbox.Slot, ws *tm
 	for i, st := range spec.Steps {
 		timeout := min(spec.StepTimeout(i), time.Until(deadline))
 		env := st.Env
-		if !j.secrets.Empty() {
-			env = make(map[string]string, len(st.Env))
+		if !j.secrets.Empty() || spec.Network {
+			env = make(map[string]string, len(st.Env)+4)
 			for k, v := range st.Env {
 				env[k] = tasks.Expand(v, j.secrets.Value)
+			}
+		}
+		if spec.Network {
+			// The only way out: the worker's proxy, on the step's loopback.
+			for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+				env[k] = egress.URL
+			}
+			if _, set := env["NODE_USE_ENV_PROXY"]; !set {
+				env["NODE_USE_ENV_PROXY"] = "1" // recent Node.js releases then honour the above
 			}
 		}
 		res, err := box.Run(ctx, sandbox.Step{
@@ -218,6 +234,7 @@ func classify(r sandbox.Result, workspaceFull bool, cpuLimit time.Duration) reco
 // do, when one failed: the run fails with the verdict fetch, and is tried
 // again when the failure may pass (a 5xx, a broken connection).
 func (w *Worker) fetchInputs(ctx context.Context, j *job, ws *tmpfs.Workspace, deadline time.Time) (outcome, bool) {
+	runCtx := ctx
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	for i, in := range j.spec.Inputs {
@@ -231,6 +248,9 @@ func (w *Worker) fetchInputs(ctx context.Context, j *job, ws *tmpfs.Workspace, d
 		j.rec.Inputs = append(j.rec.Inputs, res)
 		w.log.Info().Str("task_id", j.rec.TaskID).Str("url", j.secrets.Redact(res.URL)).Int("status", res.Status).
 			Int64("bytes", res.Bytes).Float64("duration_ms", res.DurationMS).Str("error", j.secrets.Redact(res.Error)).Msg("input")
+		if err != nil && runCtx.Err() != nil {
+			return outcome{err: errHandedBack}, false // the worker is shutting down
+		}
 		if err != nil {
 			var fe *fetch.Error
 			transient := errors.As(err, &fe) && fe.Transient

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-run/airlock/approve"
@@ -26,6 +27,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock/internal/cgroup"
+	"github.com/airlock-run/airlock/internal/egress"
 	"github.com/airlock-run/airlock/internal/fetch"
 	"github.com/airlock-run/airlock/internal/netguard"
 	"github.com/airlock-run/airlock/internal/queuepolicy"
@@ -90,6 +92,12 @@ type Config struct {
 	// FetchTimeout bounds one download, within the task's deadline;
 	// default 5m. The size cap is Policy.MaxInputBytes.
 	FetchTimeout time.Duration
+	// EgressAllow is what a networked run's steps may reach through the
+	// worker's proxy (-egress-allow: IP, CIDR, host, *.domain); nothing
+	// when empty. EgressMaxBytes caps a run's egress, both ways; default
+	// 256 MiB.
+	EgressAllow    []string
+	EgressMaxBytes int64
 
 	// Output: contract, risk policy, approvals, promotion.
 	RiskPolicy    *policy.Policy  // default policy.NoPolicy(): every output is parked
@@ -125,6 +133,7 @@ type Worker struct {
 	asynq     *asynq.Client
 	fetcher   *fetch.Fetcher
 	secretSrc secrets.Source
+	egress    *netguard.Guard // of networked runs' proxy
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when shutdown starts: running steps are canceled
@@ -141,6 +150,9 @@ type slot struct {
 	netCfg  sandbox.SlotConfig
 	netOnce sync.Once
 	netErr  error
+	// egressRun is the egress of the networked run in progress, if any:
+	// the proxy serves its steps' connections with it.
+	egressRun atomic.Pointer[egress.Run]
 }
 
 func (c *Config) defaults() {
@@ -207,6 +219,9 @@ func (c *Config) defaults() {
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = 10 * time.Second
 	}
+	if c.EgressMaxBytes <= 0 {
+		c.EgressMaxBytes = 256 << 20
+	}
 }
 
 // New probes the isolation tiers, sweeps what a killed worker left in the
@@ -243,6 +258,9 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: -fetch-allow %w", err)
 	}
 	w.fetcher = fetch.New(guard, cfg.FetchTimeout)
+	if w.egress, err = w.guard(cfg.EgressAllow, false); err != nil {
+		return nil, fmt.Errorf("worker: -egress-allow %w", err)
+	}
 	w.secretSrc = secrets.Source{Dir: cfg.SecretsDir}
 	root := os.Geteuid() == 0
 	var missing []string
@@ -409,7 +427,7 @@ func (w *Worker) startSlots(root bool) error {
 		s.box = box
 		if w.cfg.Policy.AllowNetwork {
 			s.netCfg = cfg
-			s.netCfg.Network = true
+			s.netCfg.Egress = s.serveEgress
 		}
 		w.all = append(w.all, s)
 		w.slots <- s
@@ -443,6 +461,16 @@ func (s *slot) renew(w *Worker) {
 	if s.netBox != nil {
 		s.netBox.Restart()
 	}
+}
+
+// serveEgress serves a connection a step made to its proxy port, with the
+// egress of the run in progress; none is refused.
+func (s *slot) serveEgress(c net.Conn) {
+	if r := s.egressRun.Load(); r != nil {
+		r.Serve(c)
+		return
+	}
+	c.Close()
 }
 
 // sandboxFor returns the slot's sandbox for a spec's network setting.
@@ -631,3 +659,12 @@ func (a asynqLogger) Info(args ...any)  { a.l.Info().Str("from", "asynq").Msg(fm
 func (a asynqLogger) Warn(args ...any)  { a.l.Warn().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
 func (a asynqLogger) Error(args ...any) { a.l.Error().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
 func (a asynqLogger) Fatal(args ...any) { a.l.Error().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
+
+// egressLine is what the isolation tiers say of a networked run's network.
+func (w *Worker) egressLine() string {
+	allow := "nothing (no -egress-allow)"
+	if len(w.cfg.EgressAllow) > 0 {
+		allow = strings.Join(w.cfg.EgressAllow, ", ")
+	}
+	return fmt.Sprintf("own network namespace (loopback only); out only through the worker's HTTP proxy at %s, to %s; refused ranges and the worker's Redis refused; no DNS, no UDP; %d bytes at most", egress.URL, allow, w.cfg.EgressMaxBytes)
+}

@@ -109,7 +109,7 @@ var commandOrder = []string{"list", "show", "accept", "reject", "watch", "histor
 // globalFlags defines the flags accepted before and after the command,
 // with o's values as defaults.
 func globalFlags(fs *flag.FlagSet, o *options, from string) {
-	fs.StringVar(&o.redisURL, "redis", o.redisURL, "Redis URL (default from "+from+")")
+	fs.StringVar(&o.redisURL, "redis", o.redisURL, cli.RedisUsage(from))
 	fs.StringVar(&o.prefix, "prefix", o.prefix, "prefix of Airlock's keys in Redis: the workers' -prefix")
 	fs.BoolVar(&o.json, "json", o.json, "print JSON")
 	fs.StringVar(&o.by, "by", o.by, "who decides (default: the login user)")

@@ -95,12 +95,12 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 		fs.PrintDefaults()
 	}
 	redisURL, from := cli.DefaultRedis()
-	fs.StringVar(&o.redisURL, "redis", redisURL, "Redis URL (default from "+from+")")
+	fs.StringVar(&o.redisURL, "redis", redisURL, cli.RedisUsage(from))
 	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis: the workers' -prefix")
 	fs.Var(&o.wait, "wait", "wait and print the run record as one JSON object: -wait returns once the run is parked or done, -wait=final waits through the approval")
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", 5*time.Minute, "with -wait, give up after this long")
 	fs.DurationVar(&o.retention, "retention", airlock.DefaultRetention, "how long the run record is kept after the task ends")
-	fs.StringVar(&o.queue, "queue", "", "queue to enqueue in, overriding the spec's queue (with -wait-id: the task's queue, default \"default\")")
+	fs.StringVar(&o.queue, "queue", "", "queue to enqueue in, overriding the spec's queue (with -wait-id: the task's queue, default \"default\"; with -result: where to look, default every queue)")
 	fs.StringVar(&o.waitID, "wait-id", "", "wait for the task with this id, already enqueued, and print its record (implies -wait)")
 	fs.StringVar(&o.resultID, "result", "", "print the published result and manifest of this task as JSON ({\"where\", \"manifest\", \"result\"})")
 	fs.BoolVar(&o.json, "json", false, "print JSON: the enqueued task, and errors as {\"error\", \"field\", \"code\"}")
@@ -111,10 +111,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	case o.resultID != "" && (fs.NArg() != 0 || o.waitID != ""):
 		return o, errors.New("-result takes no spec and no -wait-id (see -h)")
 	case o.resultID != "":
-		if o.queue == "" {
-			o.queue = "default"
-		}
-		return o, nil
+		return o, nil // in -queue, or looked for in every queue
 	case o.waitID != "" && fs.NArg() != 0:
 		return o, errors.New("-wait-id takes no spec (see -h)")
 	case o.waitID == "" && fs.NArg() != 1:
@@ -144,7 +141,12 @@ func run(ctx context.Context, o options, stdin io.Reader, stdout, stderr io.Writ
 	}
 	defer c.Close()
 	if o.resultID != "" {
-		p, err := c.Result(ctx, o.queue, o.resultID)
+		var p *airlock.Published
+		if o.queue != "" {
+			p, err = c.ResultIn(ctx, o.queue, o.resultID)
+		} else {
+			p, err = c.Result(ctx, o.resultID)
+		}
 		if err != nil {
 			return err
 		}

@@ -46,7 +46,8 @@ type options struct {
 	approvalTTL, sweepInterval                                  time.Duration
 	maxArtifacts                                                int
 	maxArtifactBytes, maxResultBytes, maxStaged                 string
-	roBinds, fetchAllow                                         stringList
+	roBinds, fetchAllow, egressAllow                            stringList
+	egressMax                                                   string
 	secretsDir, fetchMax                                        string
 	fetchTimeout                                                time.Duration
 }
@@ -85,7 +86,9 @@ flags:
 	fs.StringVar(&o.limitsMax, "max-limits", def.Max.String(), "maximum limits a spec may ask for: key=value,...")
 	fs.DurationVar(&o.timeout, "timeout", time.Duration(def.DefaultTimeout), "default task timeout")
 	fs.DurationVar(&o.maxTimeout, "max-timeout", time.Duration(def.MaxTimeout), "maximum task timeout a spec may ask for")
-	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let specs that ask for it use the host network")
+	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let specs that ask for it (network: true) reach what -egress-allow opens, through the worker's HTTP proxy (never the host network)")
+	fs.Var(&o.egressAllow, "egress-allow", "IP, CIDR, HOST or *.domain a networked run may reach through the proxy (repeatable; nothing when none; refused ranges only by IP or CIDR)")
+	fs.StringVar(&o.egressMax, "egress-max-bytes", "256MiB", "bytes a networked run may move through the proxy, both ways")
 	fs.StringVar(&o.isolation, "isolation", worker.Strict, "strict: refuse to start when a tier is missing; best-effort: warn and run")
 	fs.StringVar(&o.uidRange, "uid-range", "200000-209999", "uids for the slots (each slot takes a free one)")
 	fs.StringVar(&o.uidLockDir, "uid-lock-dir", "/run/airlock/uids", "lock files that keep two workers off one uid")
@@ -202,6 +205,10 @@ func (o *options) config(log zerolog.Logger) (worker.Config, error) {
 	max = max.Merge(base.Max)
 	// Built-in defaults above a lowered maximum follow it down; explicit
 	// -limits above -max-limits are an error (Policy.Check).
+	egressMax, err := limits.ParseBytes(o.egressMax)
+	if err != nil || egressMax <= 0 {
+		return worker.Config{}, fmt.Errorf("-egress-max-bytes: %q is not a positive size", o.egressMax)
+	}
 	fetchMax, err := limits.ParseBytes(o.fetchMax)
 	if err != nil || fetchMax <= 0 {
 		return worker.Config{}, fmt.Errorf("-fetch-max-bytes: %q is not a positive size", o.fetchMax)
@@ -248,7 +255,8 @@ func (o *options) config(log zerolog.Logger) (worker.Config, error) {
 		Concurrency: o.concurrency, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
 		Isolation: o.isolation, UIDFirst: first, UIDCount: count, UIDLockDir: o.uidLockDir,
 		Landlock: &landlock, Cgroup: o.cgroupMode, ROBinds: o.roBinds,
-		SecretsDir: o.secretsDir, FetchAllow: o.fetchAllow, FetchTimeout: o.fetchTimeout, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
+		SecretsDir: o.secretsDir, FetchAllow: o.fetchAllow, FetchTimeout: o.fetchTimeout,
+		EgressAllow: o.egressAllow, EgressMaxBytes: int64(egressMax), MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
 		ShutdownTimeout: o.shutdownTimeout, Grace: o.grace, Logger: log,
 	}, nil
 }

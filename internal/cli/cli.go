@@ -49,7 +49,8 @@ func Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 
 // DefaultRedis is the Redis URL a command uses without -redis: $REDIS_URL,
 // else the URL of a running dev-mode worker (DevURLFile), else
-// redis://127.0.0.1:6379/0. from says which, for messages.
+// redis://127.0.0.1:6379/0. from says which ("" for the last), for
+// messages: RedisUsage.
 func DefaultRedis() (url, from string) {
 	if u := os.Getenv("REDIS_URL"); u != "" {
 		return u, "$REDIS_URL"
@@ -59,7 +60,16 @@ func DefaultRedis() (url, from string) {
 			return u, DevURLFile() + " (written by worker -dev)"
 		}
 	}
-	return "redis://127.0.0.1:6379/0", "the default"
+	return "redis://127.0.0.1:6379/0", ""
+}
+
+// RedisUsage is the usage line of a -redis flag whose default came from
+// from.
+func RedisUsage(from string) string {
+	if from == "" {
+		return "Redis URL"
+	}
+	return "Redis URL (default from " + from + ")"
 }
 
 // DevURLFile is where a dev-mode worker writes the URL of its embedded

@@ -80,9 +80,17 @@ func New(g *netguard.Guard, timeout time.Duration) *Fetcher {
 			if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
 				return fmt.Errorf("redirect to %s: only http and https", Redact(req.URL.String()))
 			}
-			// The new host is checked when it is dialed; credentials
-			// sent to the first host are not sent to another (net/http
-			// drops Authorization and Cookie across hosts).
+			// The new host is checked when it is dialed. Headers the spec
+			// set (any of them may carry a secret, not only the
+			// Authorization and Cookie that net/http drops) go to the
+			// first host:port only.
+			if !strings.EqualFold(req.URL.Host, via[0].URL.Host) {
+				for k := range via[0].Header {
+					if k != "User-Agent" {
+						req.Header.Del(k)
+					}
+				}
+			}
 			return nil
 		},
 	}
@@ -104,16 +112,25 @@ var ErrTooLarge = errors.New("more bytes than allowed")
 func (f *Fetcher) Fetch(ctx context.Context, ws Dest, r Request) (Result, error) {
 	start := time.Now()
 	res := Result{URL: Redact(r.URL), Path: r.Path}
-	done := func(err error, transient bool) (Result, error) {
+	var done func(err error, transient bool) (Result, error)
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, f.Timeout)
+	defer cancel()
+	done = func(err error, transient bool) (Result, error) {
 		res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
 		if err == nil {
 			return res, nil
 		}
+		switch {
+		case errors.Is(parent.Err(), context.DeadlineExceeded):
+			// The task's own deadline: another attempt would have the same.
+			err, transient = fmt.Errorf("timeout: the task's deadline passed after %s of download", time.Since(start).Round(time.Millisecond)), false
+		case errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil:
+			err, transient = fmt.Errorf("timeout: not downloaded within %s (the worker's -fetch-timeout)", f.Timeout), true
+		}
 		res.Error = err.Error()
 		return res, &Error{Cause: err, Transient: transient}
 	}
-	ctx, cancel := context.WithTimeout(ctx, f.Timeout)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.URL, nil)
 	if err != nil {
 		return done(fmt.Errorf("url: %v", err), false)
@@ -135,7 +152,10 @@ func (f *Fetcher) Fetch(ctx context.Context, ws Dest, r Request) (Result, error)
 		return done(fmt.Errorf("%d bytes announced, above max_bytes %d", resp.ContentLength, r.MaxBytes), false)
 	}
 	h := sha256.New()
-	n, err := ws.WriteStream(r.Path, io.TeeReader(resp.Body, h), r.MaxBytes)
+	// Hashed while the next bytes arrive and the previous are written.
+	pipe := newHashPipe(resp.Body, h)
+	defer pipe.Close()
+	n, err := ws.WriteStream(r.Path, pipe, r.MaxBytes)
 	res.Bytes = n
 	switch {
 	case errors.Is(err, ErrTooLarge):
@@ -157,7 +177,7 @@ func (f *Fetcher) Fetch(ctx context.Context, ws Dest, r Request) (Result, error)
 func cause(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+		return ue.Err
 	}
 	return err
 }
@@ -188,7 +208,13 @@ func Redact(u string) string {
 	if p.User != nil {
 		p.User = url.User("REDACTED")
 	}
-	q := p.Query()
+	q, err := url.ParseQuery(p.RawQuery)
+	if err != nil {
+		// A query net/url cannot read (a ';', a bad escape) may still
+		// hold a secret a server reads: none of it is shown.
+		p.RawQuery = "REDACTED"
+		return p.String()
+	}
 	changed := false
 	for k := range q {
 		lk := strings.ToLower(k)

@@ -16,7 +16,10 @@
 // An operator's rule opens exactly what it names: an IP or CIDR opens those
 // addresses, refused ranges included; a host name opens that host at
 // whatever address it resolves to; "*.example.com" opens its subdomains at
-// public addresses only.
+// public addresses only. Without OpenPublic (the egress proxy), a name is
+// resolved only when a host or *.domain rule names it: an IP or CIDR rule
+// opens addresses spelled as such, and no name a step makes up ever
+// reaches a resolver (it would carry data out in the query).
 package netguard
 
 import (
@@ -159,7 +162,9 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 // Check reports whether host (as the URL or CONNECT names it) may be
 // reached at addr:port.
 func (g *Guard) Check(host string, addr netip.Addr, port uint16) error {
-	addr = addr.Unmap()
+	// A zone says which interface, not which address: fe80::1%eth0 is
+	// classified as fe80::1 (netip's prefixes contain no zoned address).
+	addr = addr.Unmap().WithZone("")
 	host = strings.ToLower(strings.Trim(host, "[]"))
 	for _, d := range g.Deny {
 		if d.Addr().Unmap() == addr && (d.Port() == 0 || d.Port() == port) {
@@ -220,6 +225,9 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 	if err != nil {
 		return nil, fmt.Errorf("port %q: %w", portS, err)
 	}
+	if err := g.mayResolve(host); err != nil {
+		return nil, err
+	}
 	addrs, err := g.resolve(ctx, host)
 	if err != nil {
 		return nil, err
@@ -256,6 +264,26 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 		firstErr = fmt.Errorf("%s: no address", host)
 	}
 	return nil, firstErr
+}
+
+// mayResolve refuses, without a lookup, a name that no rule could let
+// through: without OpenPublic only a host or *.domain rule lets a name
+// through, and resolving any other would hand the resolver (and whoever
+// serves the name) whatever a step spelled into it.
+func (g *Guard) mayResolve(host string) error {
+	h := strings.ToLower(strings.Trim(host, "[]"))
+	if g.OpenPublic {
+		return nil
+	}
+	if _, err := netip.ParseAddr(h); err == nil {
+		return nil
+	}
+	for _, r := range g.Rules {
+		if r.host != "" && r.host == h || r.wildcard != "" && strings.HasSuffix(h, r.wildcard) {
+			return nil
+		}
+	}
+	return &RefusedError{Host: h, Why: "not in the allow-list (names are resolved only when a host or *.domain rule names them)"}
 }
 
 // resolve returns the addresses of host: itself when it is a canonical IP;

@@ -29,7 +29,7 @@ type helperConfig struct {
 	Workspace string `json:"workspace"`  // host path of the slot's workspace, the only tree steps may write
 	Namespace bool   `json:"namespaces"` // PID 1 of new pid+mount+ipc+uts(+net) namespaces
 	NetNS     bool   `json:"net_ns"`     // a new network namespace (loopback only)
-	Network   bool   `json:"network"`    // the operator allowed network for these steps
+	Egress    bool   `json:"egress"`     // listen on the proxy port, hand connections to the worker
 	Landlock  bool   `json:"landlock"`
 	UserNS    bool   `json:"user_ns"` // root of a new user namespace: drop capabilities for steps
 	View      bool   `json:"view"`    // with Namespace: build the view and pivot_root into it
@@ -124,14 +124,24 @@ func helperMain() error {
 	if err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
-	if len(fds) != h.cfg.Cgroups {
-		return fmt.Errorf("config came with %d descriptors, want %d", len(fds), h.cfg.Cgroups)
+	want := h.cfg.Cgroups
+	if h.cfg.Egress {
+		want++
 	}
-	h.cgroup = fds
+	if len(fds) != want {
+		return fmt.Errorf("config came with %d descriptors, want %d", len(fds), want)
+	}
+	h.cgroup = fds[:h.cfg.Cgroups]
 	st, err := h.setup()
 	if err != nil {
 		_ = writeMsg(h.conn, hello{Error: err.Error()}, nil)
 		return err
+	}
+	if h.cfg.Egress {
+		if err := startEgress(fds[h.cfg.Cgroups]); err != nil {
+			_ = writeMsg(h.conn, hello{Error: err.Error()}, nil)
+			return err
+		}
 	}
 	if h.base, err = takeBaseline(); err != nil {
 		_ = writeMsg(h.conn, hello{Error: err.Error()}, nil)
@@ -169,7 +179,7 @@ func (h *helper) setup() (Status, error) {
 			}
 			desc, err := buildView(viewConfig{
 				Workspace: h.cfg.Workspace, Base: parentDir(h.cfg.Workspace),
-				UID: uid, GID: gid, Binds: h.cfg.Binds, Network: h.cfg.Network,
+				UID: uid, GID: gid, Binds: h.cfg.Binds,
 			})
 			if err != nil {
 				return st, fmt.Errorf("build the steps' root: %w", err)
@@ -222,6 +232,43 @@ func (h *helper) setup() (Status, error) {
 		}
 	}
 	return st, nil
+}
+
+// startEgress listens on the proxy port of the slot's network namespace
+// and hands each connection a step makes to the worker over fd, as a
+// descriptor: the worker serves the proxy; nothing here reads the bytes.
+func startEgress(fd int) error {
+	f := os.NewFile(uintptr(fd), "egress")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("egress socket: %w", err)
+	}
+	uc := c.(*net.UnixConn)
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", egressPort))
+	if err != nil {
+		return fmt.Errorf("egress listener: %w", err)
+	}
+	go func() {
+		defer ln.Close()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			cf, err := conn.(*net.TCPConn).File()
+			conn.Close()
+			if err != nil {
+				continue
+			}
+			_, _, err = uc.WriteMsgUnix([]byte{0}, unix.UnixRights(int(cf.Fd())), nil)
+			cf.Close()
+			if err != nil {
+				return // the worker is gone
+			}
+		}
+	}()
+	return nil
 }
 
 // parentDir is the directory the view's root is mounted on: the
@@ -470,3 +517,7 @@ func children() []int {
 // errNoSpawner is returned for every step of a helper whose spawner
 // thread could not be confined.
 var errNoSpawner = errors.New("slot helper could not confine its spawner thread")
+
+// egressPort is where a networked slot's steps find the worker's proxy
+// (egress.Port).
+const egressPort = 3128

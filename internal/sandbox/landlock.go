@@ -57,7 +57,18 @@ type landlockRules struct {
 	Writable []string // every right beneath each
 	Devices  []string // read, write and truncate each
 	DenyTCP  bool     // no TCP bind or connect (ABI 4+)
+	// ConnectPort, with DenyTCP, is the one TCP port steps may connect
+	// to (the egress proxy on their loopback); 0 for none.
+	ConnectPort uint16
 }
+
+// landlockNetPortAttr is struct landlock_net_port_attr (ABI 4+).
+type landlockNetPortAttr struct {
+	AllowedAccess uint64
+	Port          uint64
+}
+
+const landlockRuleNetPort = 2 // LANDLOCK_RULE_NET_PORT
 
 // hostReadable is what a step may read when its slot has no view of its
 // own and sees the host's filesystem: the system directories, the entries
@@ -94,6 +105,9 @@ func restrictThread(rules landlockRules) string {
 	if abi >= 4 && rules.DenyTCP {
 		attr.Handled_access_net = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
 		extras += ", tcp denied"
+		if rules.ConnectPort != 0 {
+			extras = fmt.Sprintf(", tcp denied but connect to port %d (the egress proxy)", rules.ConnectPort)
+		}
 	}
 	if abi >= 4 {
 		size = 2 * unsafe.Sizeof(uint64(0))
@@ -136,6 +150,12 @@ func restrictThread(rules landlockRules) string {
 	for _, p := range rules.Writable {
 		if err := add(p, fs); err != nil {
 			return "off: rule for " + p + ": " + err.Error()
+		}
+	}
+	if abi >= 4 && rules.DenyTCP && rules.ConnectPort != 0 {
+		np := landlockNetPortAttr{AllowedAccess: unix.LANDLOCK_ACCESS_NET_CONNECT_TCP, Port: uint64(rules.ConnectPort)}
+		if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, rfd, landlockRuleNetPort, uintptr(unsafe.Pointer(&np)), 0, 0, 0); errno != 0 {
+			return "off: rule for port " + fmt.Sprint(rules.ConnectPort) + ": " + errno.Error()
 		}
 	}
 	for _, d := range rules.Devices {

@@ -33,12 +33,17 @@ type SlotConfig struct {
 	View       bool // with Namespaces: steps see a root of their own (see view.go), the workspace at Workdir
 	Binds      []Bind
 	Landlock   bool
-	Network    bool // steps of this slot may use the host's network
+	// Egress, when set, gives the slot's steps a way out: they keep their
+	// network namespace (loopback only), where the helper listens on
+	// 127.0.0.1:egress.Port and hands every connection to Egress, the
+	// worker's proxy; Landlock lets steps connect to that port and no
+	// other. It needs Namespaces.
 	// Cgroup, when set, is the slot's control group: each step is moved
 	// into it before its first instruction, its memory and processes are
 	// limited there (not by RLIMIT_AS and RLIMIT_NPROC), and its peak and
 	// OOM kills are read from it.
 	Cgroup *cgroup.Group
+	Egress func(net.Conn)
 	Stderr io.Writer     // where helpers' own diagnostics go; nil discards
 	Grace  time.Duration // SIGTERM to SIGKILL; default 500ms
 }
@@ -144,6 +149,9 @@ func (s *Slot) Restart() {
 }
 
 func (s *Slot) start() error {
+	if s.cfg.Egress != nil && !s.cfg.Namespaces {
+		return errors.New("egress needs a network namespace of the slot's own (root, or user namespaces)")
+	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socketpair: %w", err)
@@ -153,8 +161,8 @@ func (s *Slot) start() error {
 	defer theirs.Close()
 	hc := helperConfig{
 		UID: s.cfg.UID, GID: s.cfg.GID, Workspace: s.cfg.Workspace,
-		Namespace: s.cfg.Namespaces, NetNS: s.cfg.Namespaces && !s.cfg.Network,
-		Network: s.cfg.Network, Landlock: s.cfg.Landlock, UserNS: s.cfg.Namespaces && s.cfg.UserNS,
+		Namespace: s.cfg.Namespaces, NetNS: s.cfg.Namespaces,
+		Egress: s.cfg.Egress != nil, Landlock: s.cfg.Landlock, UserNS: s.cfg.Namespaces && s.cfg.UserNS,
 		View: s.cfg.Namespaces && s.cfg.View, Binds: s.cfg.Binds,
 	}
 	cmd := exec.Command("/proc/self/exe", helperArg)
@@ -200,7 +208,35 @@ func (s *Slot) start() error {
 		}
 		hc.Cgroups, hc.CgroupThread = len(cgFDs), s.cfg.Cgroup.ThreadJoin()
 	}
+	var egressEnd *net.UnixConn
+	if s.cfg.Egress != nil {
+		// The helper hands the connections steps make to its proxy port
+		// over this pair, one descriptor a message.
+		ep, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			conn.Close()
+			_ = cmd.Process.Kill()
+			<-done
+			return fmt.Errorf("socketpair: %w", err)
+		}
+		defer unix.Close(ep[1])
+		f := os.NewFile(uintptr(ep[0]), "egress")
+		ec, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			unix.Close(ep[1])
+			conn.Close()
+			_ = cmd.Process.Kill()
+			<-done
+			return err
+		}
+		egressEnd = ec.(*net.UnixConn)
+		cgFDs = append(cgFDs, ep[1])
+	}
 	if err := writeMsg(conn, hc, cgFDs); err != nil {
+		if egressEnd != nil {
+			egressEnd.Close()
+		}
 		conn.Close()
 		_ = cmd.Process.Kill()
 		<-done
@@ -214,8 +250,14 @@ func (s *Slot) start() error {
 	}
 	if h.Error != "" {
 		conn.Close()
+		if egressEnd != nil {
+			egressEnd.Close()
+		}
 		<-done
 		return fmt.Errorf("slot helper: %s", h.Error)
+	}
+	if egressEnd != nil {
+		go serveEgress(egressEnd, s.cfg.Egress) // ends when the helper does
 	}
 	s.cmd, s.conn, s.done, s.status = cmd, conn, done, h.Status
 	return nil
@@ -385,6 +427,36 @@ func (s *Slot) await(ctx context.Context) (runResponse, error) {
 			giveUp = time.After(s.cfg.Grace + 5*time.Second)
 		case <-giveUp:
 			return runResponse{}, fmt.Errorf("%w: no answer after cancel", ErrHelperDied)
+		}
+	}
+}
+
+// serveEgress receives the connections the helper accepted on its proxy
+// port and serves each with handle, until the helper goes away.
+func serveEgress(c *net.UnixConn, handle func(net.Conn)) {
+	defer c.Close()
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		_, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+		if err != nil {
+			return
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) == 0 {
+			continue
+		}
+		fds, err := unix.ParseUnixRights(&msgs[0])
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			f := os.NewFile(uintptr(fd), "egress-conn")
+			nc, err := net.FileConn(f)
+			f.Close()
+			if err == nil {
+				go handle(nc)
+			}
 		}
 	}
 }

@@ -47,7 +47,10 @@ func (h *helper) spawner(st Status, ready chan<- Status) {
 		}
 	}
 	if h.cfg.Landlock {
-		rules := landlockRules{Writable: []string{st.Workdir}, Devices: devices, DenyTCP: !h.cfg.Network}
+		rules := landlockRules{Writable: []string{st.Workdir}, Devices: devices, DenyTCP: true}
+		if h.cfg.Egress {
+			rules.ConnectPort = egressPort
+		}
 		if st.Workdir == Workdir {
 			rules.Readable = []string{"/"} // the view is all there is
 		} else {

@@ -107,7 +107,6 @@ type viewConfig struct {
 	Base      string // a directory of the worker's to mount the new root on (in our namespace only)
 	UID, GID  int    // the steps' identity inside the namespace, for passwd
 	Binds     []Bind
-	Network   bool // the steps use the host's network: bind resolv.conf
 }
 
 // tree is a detached copy of a host mount tree (open_tree), to attach in
@@ -226,15 +225,6 @@ func buildView(c viewConfig) (string, error) {
 		}
 		for _, n := range names {
 			if err := add(n, n, roAttrs, true); err != nil {
-				closeAll()
-				return "", err
-			}
-		}
-	}
-	if c.Network {
-		// Usually a symlink into /run: bind the file it names.
-		if real, err := filepath.EvalSymlinks("/etc/resolv.conf"); err == nil {
-			if err := add(real, "/etc/resolv.conf", roAttrs, false); err != nil {
 				closeAll()
 				return "", err
 			}

@@ -2,20 +2,23 @@
 // worker's side only (never through Redis): a file per name in the
 // worker's secrets directory, or the environment variable
 // AIRLOCK_SECRET_<NAME>; the file wins when both exist. A Set also redacts
-// its values, and their base64 and URL-encoded forms, from what the run
-// reports.
+// its values, and their base64, URL-encoded and JSON-escaped forms, from
+// what the run reports.
 package secrets
 
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // EnvPrefix prefixes the environment variable of a secret.
@@ -43,18 +46,9 @@ type Source struct {
 // one trailing newline) or, when there is none, $AIRLOCK_SECRET_<name>.
 func (s Source) Get(name string) (string, error) {
 	if s.Dir != "" {
-		f, err := os.Open(filepath.Join(s.Dir, name))
+		v, err := readFile(filepath.Join(s.Dir, name))
 		if err == nil {
-			defer f.Close()
-			b := make([]byte, maxFile+1)
-			n, rerr := f.Read(b)
-			if rerr != nil && n == 0 {
-				return "", fmt.Errorf("secret %s: %v", name, rerr)
-			}
-			if n > maxFile {
-				return "", fmt.Errorf("secret %s: file above %d bytes", name, maxFile)
-			}
-			return strings.TrimSuffix(strings.TrimSuffix(string(b[:n]), "\n"), "\r"), nil
+			return v, nil
 		}
 		if !errors.Is(err, os.ErrNotExist) {
 			return "", fmt.Errorf("secret %s: %v", name, err)
@@ -64,6 +58,33 @@ func (s Source) Get(name string) (string, error) {
 		return v, nil
 	}
 	return "", fmt.Errorf("%w: %s (give it as the file %s in -secrets-dir or as $%s%s)", ErrMissing, name, name, EnvPrefix, name)
+}
+
+// readFile reads a secret file: a regular file (never a FIFO, which would
+// block), at most maxFile bytes, without one trailing newline.
+func readFile(path string) (string, error) {
+	// Symlinks are followed: the directory is the operator's, and
+	// Kubernetes mounts secrets as symlinks.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxFile {
+		return "", fmt.Errorf("file above %d bytes", maxFile)
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), nil
 }
 
 // Set is the secrets of one run.
@@ -103,7 +124,7 @@ func forms(v string) []string {
 	out := []string{v,
 		base64.StdEncoding.EncodeToString(b), base64.RawStdEncoding.EncodeToString(b),
 		base64.URLEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b),
-		url.QueryEscape(v), url.PathEscape(v),
+		url.QueryEscape(v), url.PathEscape(v), jsonEscaped(v),
 	}
 	var keep []string
 	for _, f := range out {
@@ -112,6 +133,15 @@ func forms(v string) []string {
 		}
 	}
 	return keep
+}
+
+// jsonEscaped is v as it appears inside a JSON string.
+func jsonEscaped(v string) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	return string(b[1 : len(b)-1])
 }
 
 // Value returns the value of a loaded secret.
