@@ -6,14 +6,18 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -o /out/worker ./cmd/worker && \
-    CGO_ENABLED=0 go build -trimpath -o /out/enqueue ./cmd/enqueue
+# Every command (worker, enqueue, approve, and any later one under cmd/)
+# but the benchmark, into /out/.
+RUN CGO_ENABLED=0 go build -trimpath -o /out/ $(go list ./cmd/... | grep -v '/cmd/bench$')
 
 FROM debian:bookworm-slim
 # What steps may call: a shell and coreutils come with the image; add the
-# interpreters your actions need (python3, nodejs...) here.
+# interpreters your actions need (python3, nodejs...) here. bash also runs
+# the compose healthcheck (GET /readyz over /dev/tcp: no curl needed).
 RUN apt-get update && apt-get install -y --no-install-recommends bash coreutils ca-certificates && \
     rm -rf /var/lib/apt/lists/*
-COPY --from=build /out/worker /out/enqueue /usr/local/bin/
-VOLUME ["/var/lib/airlock"]
+COPY --from=build /out/ /usr/local/bin/
+# Workspaces (scratch) and the store of promoted outputs (keep it).
+VOLUME ["/var/lib/airlock", "/var/lib/airlock-store"]
 ENTRYPOINT ["/usr/local/bin/worker"]
+CMD ["-store", "/var/lib/airlock-store"]

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/queuepolicy"
+	"github.com/airlock-run/airlock/internal/redisconn"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -49,15 +50,18 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) *Client {
 	}
 }
 
-// Dial returns a Client of the Redis at redisURL
-// ("redis://[:password@]host:port/db", or rediss:// for TLS). It does not
+// Dial returns a Client of the Redis at redisURL: one server
+// ("redis://[user:password@]host:port/db", rediss:// for TLS, with
+// tls_ca=, tls_cert=, tls_key=, tls_server_name= options), Sentinel
+// ("redis+sentinel://host:port,host:port/master[/db]") or Cluster
+// ("redis+cluster://host:port,host:port"); README, "Redis". It does not
 // connect: the first call does.
 func Dial(redisURL string, opts ClientOptions) (*Client, error) {
-	o, err := redis.ParseURL(redisURL)
+	rdb, _, err := redisconn.Open(redisURL)
 	if err != nil {
-		return nil, fmt.Errorf("airlock: Redis URL: %w (want redis://host:port/db)", err)
+		return nil, fmt.Errorf("airlock: %w", err)
 	}
-	c := NewClient(redis.NewClient(o), opts)
+	c := NewClient(rdb, opts)
 	c.owned = true
 	return c, nil
 }

@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
+	"io/fs"
 	"strings"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/promote"
+	"github.com/airlock-run/airlock/promote/storage"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -45,8 +44,9 @@ type Published struct {
 	Manifest promote.Manifest
 	// Result is the JSON result (nil when the run had none).
 	Result json.RawMessage
-	// Where is where the store holds it (a directory of the worker's
-	// filesystem store).
+	// Where is where the store holds it: a directory of the worker's
+	// filesystem store, or s3://bucket/prefix/run_id/task_id/ of an S3
+	// store.
 	Where string
 }
 
@@ -57,10 +57,12 @@ const (
 )
 
 // Result returns the published output of task taskID: its manifest and
-// its result, read from where the worker published them (the filesystem
-// store, which this process must be able to read). The task is looked for
-// in every queue; ResultIn looks in one. A run whose output is not
-// published gives a *NotPromotedError that says its state (parked,
+// its result, read from where the worker published them: the filesystem
+// store, which this process must be able to read, or an S3 store, read
+// with the AWS configuration of this process's environment
+// (AWS_ENDPOINT_URL_S3, AWS_REGION, AWS_ACCESS_KEY_ID...). The task is
+// looked for in every queue; ResultIn looks in one. A run whose output is
+// not published gives a *NotPromotedError that says its state (parked,
 // rejected, expired, failed...); a task in no queue, an error matching
 // ErrNotFound.
 func (c *Client) Result(ctx context.Context, taskID string) (*Published, error) {
@@ -131,7 +133,11 @@ func (c *Client) published(ctx context.Context, taskID string, info *asynq.TaskI
 	if where == "" {
 		return nil, &NotPromotedError{TaskID: taskID, State: rec.State, Why: "the store did not say where it published"}
 	}
-	mb, err := readBounded(filepath.Join(where, "manifest.json"), maxManifest)
+	// The manifest first: a run is published only once it exists.
+	mb, err := storage.ReadFile(ctx, where, "manifest.json", maxManifest)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("airlock: task %s: %s holds no manifest: %w (%w)", taskID, where, ErrNotPromoted, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("airlock: task %s was published to %s, which this process cannot read: %w", taskID, where, err)
 	}
@@ -143,27 +149,11 @@ func (c *Client) published(ctx context.Context, taskID string, info *asynq.TaskI
 		return nil, fmt.Errorf("airlock: %s holds task %s, not %s", where, p.Manifest.TaskID, taskID)
 	}
 	if p.Manifest.Result != nil {
-		rb, err := readBounded(filepath.Join(where, promote.ResultName), maxResult)
+		rb, err := storage.ReadFile(ctx, where, promote.ResultName, maxResult)
 		if err != nil {
 			return nil, fmt.Errorf("airlock: %s: %w", where, err)
 		}
 		p.Result = rb
 	}
 	return p, nil
-}
-
-func readBounded(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
-	}
-	return b, nil
 }

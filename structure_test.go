@@ -18,6 +18,8 @@ import (
 var portable = []string{
 	".", "./approve", "./contract", "./events", "./limits", "./policy", "./promote",
 	"./record", "./tasks", "./internal/queuepolicy", "./cmd/enqueue", "./cmd/approve",
+	"./httpapi", "./cmd/api", "./webhook",
+	"./internal/mcpserver", "./cmd/mcp",
 }
 
 // linuxOnly are the packages that confine steps.

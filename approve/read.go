@@ -10,6 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Count returns how many approvals are in state (the index's size: the
+// pending count is what the worker's metrics report).
+func (s *Store) Count(ctx context.Context, state State) (int64, error) {
+	return s.rdb.ZCard(ctx, s.index(string(state))).Result()
+}
+
 // ListAccepted returns the ids of the approvals accepted but not yet
 // promoted, oldest decision first: the worker re-enqueues their promote
 // tasks after a crash.

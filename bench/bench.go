@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/redisconn"
 )
 
 // FullN is the scale of a full run (-n's default).
@@ -259,7 +260,7 @@ type ApprovalsRow struct {
 type harness struct {
 	opt          Options
 	sz           sizes
-	rdb          *redis.Client
+	rdb          redis.UniversalClient
 	client       *airlock.Client
 	insp         *asynq.Inspector
 	prefix       string // "bench-<rand>": queues, run ids, keys
@@ -322,15 +323,15 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		}
 		opt.Exe = exe
 	}
-	ropt, err := redis.ParseURL(opt.RedisURL)
+	rconf, err := redisconn.Parse(opt.RedisURL)
 	if err != nil {
 		return nil, fmt.Errorf("-redis: %w", err)
 	}
-	ropt.PoolSize = 32
-	rdb := redis.NewClient(ropt)
+	rconf.PoolSize = 32
+	rdb := rconf.Client()
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("Redis at %s: %w", opt.RedisURL, err)
+		return nil, fmt.Errorf("Redis at %s: %w", rconf, err)
 	}
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])

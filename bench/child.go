@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/redisconn"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/airlock-run/airlock/worker"
@@ -96,18 +97,18 @@ func newChildFlags(name string) *childFlags {
 	return c
 }
 
-func (c *childFlags) parse(args []string) (*redis.Client, error) {
+func (c *childFlags) parse(args []string) (redis.UniversalClient, error) {
 	if err := c.fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if c.queue == "" || c.root == "" {
 		return nil, errors.New("-queue and -root are required")
 	}
-	opt, err := redis.ParseURL(c.redisURL)
+	rdb, _, err := redisconn.Open(c.redisURL)
 	if err != nil {
 		return nil, fmt.Errorf("-redis: %w", err)
 	}
-	return redis.NewClient(opt), nil
+	return rdb, nil
 }
 
 // workerChild runs Airlock's worker in this process.

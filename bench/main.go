@@ -126,7 +126,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // deleteQueue removes everything of queue q: the asynq queue and every key
 // below "asynq:{q}:" (completed tasks and counters, which DeleteQueue
 // leaves), and the limits a worker published for it.
-func deleteQueue(ctx context.Context, rdb *redis.Client, insp *asynq.Inspector, q string) error {
+func deleteQueue(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Inspector, q string) error {
 	// DeleteQueue refuses while a task is active (a server that was killed
 	// leaves them so): the keys below go anyway.
 	_ = insp.DeleteQueue(q, true)

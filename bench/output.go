@@ -257,7 +257,7 @@ func (a *approvalSet) row(list, cli []float64) *ApprovalsRow {
 }
 
 // deletePrefix unlinks every key that starts with prefix.
-func deletePrefix(ctx context.Context, rdb *redis.Client, prefix string) error {
+func deletePrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
 	var keys []string
 	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
@@ -284,7 +284,7 @@ var sharedStreams = []string{events.Key, approve.DefaultPrefix + "audit"}
 
 // eventsPosition marks the end of the shared streams before the run, as
 // "stream=id" pairs separated by newlines.
-func eventsPosition(ctx context.Context, rdb *redis.Client) string {
+func eventsPosition(ctx context.Context, rdb redis.UniversalClient) string {
 	var b strings.Builder
 	for _, s := range sharedStreams {
 		id := "0"
@@ -301,7 +301,7 @@ func eventsPosition(ctx context.Context, rdb *redis.Client) string {
 // approval, from the run's start, by run_id prefix) with their index
 // entries, and its entries in the shared streams (events whose run_id has
 // the run's prefix; audit entries of its approvals).
-func cleanupOutput(ctx context.Context, rdb *redis.Client, prefix, marks string, since time.Time) error {
+func cleanupOutput(ctx context.Context, rdb redis.UniversalClient, prefix, marks string, since time.Time) error {
 	var errs []error
 	store := approve.NewStore(rdb, approve.Options{})
 	all := approve.DefaultPrefix + "approvals:all"
@@ -363,7 +363,7 @@ func cleanupOutput(ctx context.Context, rdb *redis.Client, prefix, marks string,
 }
 
 // xdelMatching deletes the entries of stream after id start that match.
-func xdelMatching(ctx context.Context, rdb *redis.Client, stream, start string, match func(map[string]any) bool) error {
+func xdelMatching(ctx context.Context, rdb redis.UniversalClient, stream, start string, match func(map[string]any) bool) error {
 	for {
 		msgs, err := rdb.XRangeN(ctx, stream, "("+start, "+", 1000).Result()
 		if err != nil {

@@ -320,9 +320,18 @@ func TestSyscallFilter(t *testing.T) {
 	// The i386 ABI, from a 64-bit process: killed, not filtered by the
 	// wrong table.
 	if isAMD64() {
+		// A kernel without i386 emulation (ia32_emulation=0, some VMs)
+		// refuses int 0x80 itself with SIGSEGV, before seccomp sees it:
+		// then that is what the sandbox must show too.
+		want := "SIGSYS"
+		host := exec.Command(filepath.Join(bin.probeDir, "probe"), "int80")
+		if out, err := host.Output(); err != nil && strings.Contains(err.Error(), "segmentation fault") {
+			want = "SIGSEGV"
+			t.Logf("this kernel refuses int 0x80 outside the sandbox too (%v %q)", err, out)
+		}
 		rec = b.run(`{"version": 1, "steps": [{"run": ["/opt/airlock-probe/probe", "int80"]}]}`)
-		if st := stepOf(t, rec, 0); st.Signal != "SIGSYS" || strings.Contains(st.Stdout, "returned") {
-			t.Errorf("int 0x80: want the process killed by SIGSYS:\n%s", mustJSON(t, st))
+		if st := stepOf(t, rec, 0); st.Signal != want || strings.Contains(st.Stdout, "returned") {
+			t.Errorf("int 0x80: want the process killed by %s:\n%s", want, mustJSON(t, st))
 		}
 	}
 }

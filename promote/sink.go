@@ -48,6 +48,15 @@ type Sink interface {
 	Where(runID, taskID string) string
 }
 
+// Reader reads a file of a publication back from where its Sink said it
+// is (Where): at most max bytes, a larger file being an error, and a
+// missing one an error matching fs.ErrNotExist. A reader reads the
+// manifest first: a run is published only once its manifest exists.
+// Package storage has the Reader of both stores (directory and S3).
+type Reader interface {
+	ReadFile(ctx context.Context, where, name string, max int64) ([]byte, error)
+}
+
 // ErrConflict is returned when a run's output was already published from
 // another approval.
 var ErrConflict = errors.New("run already published from another approval")
@@ -61,10 +70,12 @@ var ErrConflict = errors.New("run already published from another approval")
 // Every file is written to a temp file, fsynced and renamed inside a
 // staging directory, whose directory is fsynced; the manifest is written
 // last; then one rename(2) moves the staging directory to its place and
-// the run's directory is fsynced. A crash leaves at most a staging
-// directory, which the next Publish of that approval replaces: readers
-// never see a partial publication, and a retried promotion never a second
-// one.
+// the run's directory is fsynced. Each call stages in a directory of its
+// own, so that two workers publishing one approval at once cannot mix
+// their files: the first rename wins, whole, and the other finds it. A
+// crash leaves at most a staging directory, which a later Publish of that
+// approval removes once it is an hour old: readers never see a partial
+// publication, and a retried promotion never a second one.
 //
 // The store is the worker's: directories are created 0700 and files 0600,
 // or 0750 and 0640 with the group ReadGroup when it is set
@@ -145,13 +156,16 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 	if err := s.mkdir(stagingRoot); err != nil {
 		return false, err
 	}
-	staging := filepath.Join(stagingRoot, m.ApprovalID)
-	if err := os.RemoveAll(staging); err != nil {
+	staging, err := s.stage(stagingRoot, m.ApprovalID)
+	if err != nil {
 		return false, err
 	}
-	if err := s.mkdir(staging); err != nil {
-		return false, err
-	}
+	renamed := false
+	defer func() {
+		if !renamed {
+			os.RemoveAll(staging) // a failed or lost try leaves nothing behind
+		}
+	}()
 	for name, data := range files {
 		if err := ctx.Err(); err != nil {
 			return false, err
@@ -197,7 +211,39 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 		}
 		return false, err
 	}
+	renamed = true
 	return true, syncDir(runDir)
+}
+
+// staleStaging is the age past which a staging directory is a crashed
+// try's: a promotion takes seconds (its task times out after 10 minutes).
+const staleStaging = time.Hour
+
+// stage makes a staging directory of this call's own for approval id,
+// <root>/<id>+<random>: two workers that publish one approval at once (a
+// run's inline promotion and the promote task a sweeper queued for it)
+// never write into, or remove, each other's files. The approval's staging
+// directories older than staleStaging, left by crashed tries, are removed.
+func (s *FS) stage(root, id string) (string, error) {
+	if ents, err := os.ReadDir(root); err == nil {
+		for _, e := range ents {
+			if e.Name() != id && !strings.HasPrefix(e.Name(), id+"+") {
+				continue
+			}
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > staleStaging {
+				os.RemoveAll(filepath.Join(root, e.Name()))
+			}
+		}
+	}
+	dir, err := os.MkdirTemp(root, id+"+")
+	if err != nil {
+		return "", err
+	}
+	if err := s.own(dir, s.dirMode()); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }
 
 // already reports whether final holds the publication of approvalID; a

@@ -129,7 +129,12 @@ func (w *Worker) report(ctx context.Context, t *asynq.Task, rec *record.Run, out
 		}
 	}
 	redact(rec, out.secrets)
-	w.finish(ctx, t, rec, out.err != nil)
+	if err := w.finish(ctx, t, rec, out.err != nil); err != nil {
+		// Without its record the task would end completed (or archived)
+		// with nothing for Wait to read: asynq runs it again, and that
+		// attempt stores one (finding its approval, if it has one).
+		return fmt.Errorf("store the run record: %w", err)
+	}
 	final := out.err == nil && !out.retry
 	if !final {
 		max, ok := asynq.GetMaxRetry(ctx)
@@ -237,13 +242,13 @@ func joinErr(a, b string) string {
 
 // finish completes and stores the record: as the task's result and in the
 // log, at info for a run that was carried out, warn for a run that failed,
-// error for the worker's own failure.
-func (w *Worker) finish(ctx context.Context, t *asynq.Task, rec *record.Run, workerFailed bool) {
+// error for the worker's own failure. It returns the error of storing it.
+func (w *Worker) finish(ctx context.Context, t *asynq.Task, rec *record.Run, workerFailed bool) error {
 	rec.FinishedAt = time.Now().UTC()
 	rec.DurationMS = ms(rec.FinishedAt.Sub(rec.StartedAt))
 	b, err := json.Marshal(rec)
 	if err == nil {
-		_, err = t.ResultWriter().Write(b)
+		err = writeResult(ctx, t, b)
 	}
 	var ev *zerolog.Event
 	switch {
@@ -260,6 +265,13 @@ func (w *Worker) finish(ctx context.Context, t *asynq.Task, rec *record.Run, wor
 		Str("state", string(rec.State)).Str("verdict", string(rec.Verdict)).Str("error", rec.Error).
 		Float64("duration_ms", rec.DurationMS).Int64("bytes_written", rec.Workspace.UsedBytes).
 		Int64("input_bytes", rec.Workspace.InputBytes).Int("steps", len(rec.Steps)).Msg("task end")
+	if o := w.cfg.Observer; o != nil {
+		if err != nil {
+			o.RedisError("result")
+		}
+		o.RunEnded(rec)
+	}
+	return err
 }
 
 // emit appends the run's state to the events stream; a failure is logged,
@@ -269,6 +281,9 @@ func (w *Worker) emit(ctx context.Context, rec *record.Run) {
 		State: rec.State, Verdict: rec.Verdict, ApprovalID: rec.ApprovalID, Error: rec.Error})
 	if err != nil {
 		w.log.Warn().Err(err).Str("task_id", rec.TaskID).Msg("events")
+		if o := w.cfg.Observer; o != nil {
+			o.RedisError("events")
+		}
 	}
 }
 
@@ -282,6 +297,9 @@ func (w *Worker) handlePromote(ctx context.Context, t *asynq.Task) error {
 	}
 	log := w.log.With().Str("approval_id", p.ApprovalID).Logger()
 	m, published, err := w.promoter.Promote(ctx, p.ApprovalID)
+	if o := w.cfg.Observer; o != nil {
+		o.Promotion(promotionResult(published, err))
+	}
 	if errors.Is(err, promote.ErrRefused) {
 		log.Error().Err(err).Msg("promotion refused")
 		return fmt.Errorf("%v: %w", err, asynq.SkipRetry)
@@ -293,4 +311,17 @@ func (w *Worker) handlePromote(ctx context.Context, t *asynq.Task) error {
 	log.Info().Str("run_id", m.RunID).Bool("published", published).Str("to", w.cfg.Sink.Where(m.RunID, m.TaskID)).
 		Int("artifacts", len(m.Artifacts)).Msg("promoted")
 	return nil
+}
+
+// promotionResult names a promote task's result for the Observer.
+func promotionResult(published bool, err error) string {
+	switch {
+	case errors.Is(err, promote.ErrRefused):
+		return "refused"
+	case err != nil:
+		return "failed"
+	case published:
+		return "published"
+	}
+	return "already"
 }

@@ -51,6 +51,10 @@ var Version = "0.1.0-dev"
 // Config configures a Worker. Zero fields take the documented defaults.
 type Config struct {
 	Redis redis.UniversalClient // required
+	// RedisNodes are the addresses (host:port) of every server behind
+	// Redis that runs must never reach, besides a single client's own
+	// address: sentinels, cluster nodes, replicas (redisconn's Nodes).
+	RedisNodes []string
 	// Prefix is the prefix of every key Airlock keeps in Redis (approvals,
 	// events, published limits); default "airlock:". Clients and CLIs of
 	// the same deployment must use the same one.
@@ -106,6 +110,27 @@ type Config struct {
 	Artifacts     contract.Limits // caps of result and artifacts; defaults in contract
 	MaxStaged     int64           // staged artifact bytes per approval; default 32 MiB
 	SweepInterval time.Duration   // approval expiry and promotion catch-up; default 10s
+
+	// Observer, when set, is told of every finished attempt, promotion
+	// task and Redis error the worker does not otherwise surface
+	// (internal/metrics implements it); nil: nothing is measured.
+	Observer Observer
+}
+
+// Observer receives what the worker measures. Its methods are called on
+// the tasks' goroutines, concurrently: they must be cheap, and must not
+// keep or change the record.
+type Observer interface {
+	// RunEnded is called once per attempt the worker finished a record
+	// for (its "task end" log line), from the one place that reports it,
+	// with that record; an attempt handed back at shutdown has none.
+	RunEnded(rec *record.Run)
+	// Promotion is called when a promote task ends: "published",
+	// "already" (published before), "refused" or "failed" (retried).
+	Promotion(result string)
+	// RedisError is called when a write the worker only logs fails:
+	// "result" (a run's record) or "events".
+	RedisError(op string)
 }
 
 // ErrIsolation is returned by New in strict mode when a tier is missing.
@@ -113,17 +138,19 @@ var ErrIsolation = errors.New("isolation tier unavailable")
 
 // Worker runs tasks. Create it with New, run it with Run.
 type Worker struct {
-	cfg       Config
-	log       zerolog.Logger
-	ws        *tmpfs.Manager
-	slots     chan *slot
-	all       []*slot
-	isolation record.Isolation
-	name      string
-	userNS    bool // not root: namespaces come from a user namespace
-	binds     []sandbox.Bind
-	cgroups   *cgroup.Manager // nil: the rlimit fallback
-	memory    string          // the memory tier, for the isolation line
+	cfg   Config
+	log   zerolog.Logger
+	ws    *tmpfs.Manager
+	slots chan *slot
+	// helperRestarts counts helpers started again after a slot's first.
+	helperRestarts atomic.Int64
+	all            []*slot
+	isolation      record.Isolation
+	name           string
+	userNS         bool // not root: namespaces come from a user namespace
+	binds          []sandbox.Bind
+	cgroups        *cgroup.Manager // nil: the rlimit fallback
+	memory         string          // the memory tier, for the isolation line
 
 	approvals *approve.Store
 	quiet     *approve.Store    // the same store, emitting no run event: the worker's own transitions
@@ -137,6 +164,7 @@ type Worker struct {
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when shutdown starts: running steps are canceled
+	serving  atomic.Bool   // Run takes tasks: its asynq server started, no shutdown yet
 	inflight sync.WaitGroup
 }
 
@@ -371,7 +399,8 @@ func (w *Worker) startSlots(root bool) error {
 	w.slots = make(chan *slot, w.cfg.Concurrency)
 	for i := 0; i < w.cfg.Concurrency; i++ {
 		s := &slot{uidN: os.Geteuid()}
-		cfg := sandbox.SlotConfig{UID: -1, GID: -1, Landlock: *w.cfg.Landlock, Grace: w.cfg.Grace, Stderr: os.Stderr, Binds: w.binds}
+		cfg := sandbox.SlotConfig{UID: -1, GID: -1, Landlock: *w.cfg.Landlock, Grace: w.cfg.Grace, Stderr: os.Stderr, Binds: w.binds,
+			Restarted: func() { w.helperRestarts.Add(1) }}
 		name := fmt.Sprintf("slot-%d", i)
 		if root {
 			lease, err := sandbox.LeaseUID(w.cfg.UIDLockDir, w.cfg.UIDFirst, w.cfg.UIDCount)
@@ -566,35 +595,61 @@ func (w *Worker) guard(entries []string, openPublic bool) (*netguard.Guard, erro
 		}
 		g.Rules = append(g.Rules, r)
 	}
-	g.Deny = redisAddrs(w.cfg.Redis)
+	g.Deny = redisAddrs(w.cfg.Redis, w.cfg.RedisNodes)
 	return g, nil
 }
 
 // redisAddrs are the addresses of the worker's Redis, resolved now: no
 // run may reach them, whatever an allow-list says.
-func redisAddrs(rdb redis.UniversalClient) []netip.AddrPort {
-	c, ok := rdb.(*redis.Client)
-	if !ok {
-		return nil
+func redisAddrs(rdb redis.UniversalClient, nodes []string) []netip.AddrPort {
+	if c, ok := rdb.(*redis.Client); ok {
+		nodes = append([]string{c.Options().Addr}, nodes...)
 	}
-	host, portS, err := net.SplitHostPort(c.Options().Addr)
-	if err != nil {
-		return nil
-	}
-	port, _ := strconv.ParseUint(portS, 10, 16)
 	var out []netip.AddrPort
-	if a, err := netip.ParseAddr(host); err == nil {
-		return []netip.AddrPort{netip.AddrPortFrom(a.Unmap(), uint16(port))}
-	}
-	addrs, _ := net.DefaultResolver.LookupNetIP(context.Background(), "ip", host)
-	for _, a := range addrs {
-		out = append(out, netip.AddrPortFrom(a.Unmap(), uint16(port)))
+	for _, n := range nodes {
+		host, portS, err := net.SplitHostPort(n)
+		if err != nil {
+			continue // a failover client's Addr is not an address
+		}
+		port, _ := strconv.ParseUint(portS, 10, 16)
+		if a, err := netip.ParseAddr(host); err == nil {
+			out = append(out, netip.AddrPortFrom(a.Unmap(), uint16(port)))
+			continue
+		}
+		addrs, _ := net.DefaultResolver.LookupNetIP(context.Background(), "ip", host)
+		for _, a := range addrs {
+			out = append(out, netip.AddrPortFrom(a.Unmap(), uint16(port)))
+		}
 	}
 	return out
 }
 
 // Isolation returns the tiers in force, as written into every run record.
 func (w *Worker) Isolation() record.Isolation { return w.isolation }
+
+// Ready returns nil while the worker takes tasks: its slots are up (New
+// started them) and Run serves its queues; else why not.
+func (w *Worker) Ready() error {
+	select {
+	case <-w.stopping:
+		return errors.New("worker shutting down")
+	default:
+	}
+	if !w.serving.Load() {
+		return errors.New("worker not serving its queues (starting or stopping)")
+	}
+	return nil
+}
+
+// HelperRestarts returns how many times a slot started a new helper after
+// its first (a helper died or a step changed it).
+func (w *Worker) HelperRestarts() int64 { return w.helperRestarts.Load() }
+
+// Slots returns how many slots run a task now, and how many there are.
+func (w *Worker) Slots() (busy, total int) {
+	total = cap(w.slots)
+	return total - len(w.slots), total
+}
 
 // Run serves tasks until ctx is canceled, then shuts down gracefully: it
 // stops taking tasks, kills running steps' process trees, hands unfinished
@@ -634,8 +689,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	sweepDone := make(chan struct{})
 	go func() { defer close(sweepDone); w.sweep(sweepCtx) }()
 	defer func() { stopSweep(); <-sweepDone }()
+	w.serving.Store(true)
 	w.log.Info().Strs("queues", queues).Msg("worker started")
 	<-ctx.Done()
+	w.serving.Store(false)
 	w.log.Info().Msg("shutting down: no new tasks, running steps are killed and handed back")
 	srv.Stop()
 	w.stopOnce.Do(func() { close(w.stopping) })

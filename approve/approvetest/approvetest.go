@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/internal/redisconn"
+	"github.com/airlock-run/airlock/internal/redistest"
 )
 
 // Prefix returns a key prefix no other test uses: the name of a queue of
@@ -40,32 +42,14 @@ func Store(t testing.TB, opts approve.Options) (*approve.Store, redis.UniversalC
 
 // DeleteKeys deletes every key under prefix (SCAN then DEL).
 func DeleteKeys(url, prefix string) error {
-	opt, err := redis.ParseURL(url)
+	c, _, err := redisconn.Open(url)
 	if err != nil {
 		return err
 	}
-	c := redis.NewClient(opt)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	iter := c.Scan(ctx, 0, escape(prefix)+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) == 1000 {
-			if err := c.Unlink(ctx, keys...).Err(); err != nil {
-				return err
-			}
-			keys = keys[:0]
-		}
-	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	if len(keys) > 0 {
-		return c.Unlink(ctx, keys...).Err()
-	}
-	return nil
+	return redistest.DeleteMatching(ctx, c, escape(prefix)+"*")
 }
 
 // escape quotes the glob characters of s for SCAN MATCH.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/internal/cli"
+	"github.com/airlock-run/airlock/internal/redisconn"
 	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 )
@@ -237,7 +238,7 @@ func exitCode(err error) int {
 type session struct {
 	*env
 	o     *options
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	store *approve.Store
 }
 
@@ -245,11 +246,11 @@ func (c *session) connect() (*approve.Store, error) {
 	if c.store != nil {
 		return c.store, nil
 	}
-	opt, err := redis.ParseURL(c.o.redisURL)
+	rdb, _, err := redisconn.Open(c.o.redisURL)
 	if err != nil {
 		return nil, fmt.Errorf("-redis: %w", err)
 	}
-	c.rdb = redis.NewClient(opt)
+	c.rdb = rdb
 	c.store = approve.NewStore(c.rdb, approve.Options{Prefix: c.o.prefix, Now: c.now})
 	return c.store, nil
 }

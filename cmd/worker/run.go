@@ -23,14 +23,17 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
 	csvreport "github.com/airlock-run/airlock/examples/csv-report"
 	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/internal/devredis"
+	"github.com/airlock-run/airlock/internal/metrics"
+	"github.com/airlock-run/airlock/internal/redisconn"
 	"github.com/airlock-run/airlock/internal/redislog"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/policy"
-	"github.com/airlock-run/airlock/promote"
+	"github.com/airlock-run/airlock/promote/storage"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/airlock-run/airlock/worker"
 )
@@ -50,6 +53,7 @@ type options struct {
 	egressMax                                                   string
 	secretsDir, fetchMax                                        string
 	fetchTimeout                                                time.Duration
+	httpAddr                                                    string // -metrics-addr: health and metrics endpoints
 }
 
 // stringList is a repeatable string flag.
@@ -77,7 +81,7 @@ flags:
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env REDIS_URL)")
+	fs.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env REDIS_URL): redis://, rediss://, redis+sentinel://, redis+cluster:// (README, Redis)")
 	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis (approvals, events, published limits); clients and CLIs must use the same")
 	fs.IntVar(&o.concurrency, "concurrency", 2, "tasks run at once (one slot, uid and helper each)")
 	fs.StringVar(&o.queues, "queues", "default=1", "queues and priorities: name=priority,...")
@@ -104,7 +108,7 @@ flags:
 	fs.StringVar(&o.fetchMax, "fetch-max-bytes", limits.DefaultMaxInputBytes.String(), "default and maximum size of one input download")
 	fs.DurationVar(&o.fetchTimeout, "fetch-timeout", 5*time.Minute, "bound of one input download (within the task's deadline)")
 	fs.StringVar(&o.policyFile, "policy", "", "risk policy file (JSON or YAML); without one every output is parked")
-	fs.StringVar(&o.storeDir, "store", "airlock-store", "directory promoted outputs are published to (<store>/<run_id>/<task_id>/, 0700/0600)")
+	fs.StringVar(&o.storeDir, "store", "airlock-store", "where promoted outputs are published: a directory (<store>/<run_id>/<task_id>/, 0700/0600), or s3://bucket/prefix, an S3-compatible store configured by the AWS environment (AWS_ENDPOINT_URL_S3, AWS_REGION, AWS_ACCESS_KEY_ID...; README, Promotion)")
 	fs.StringVar(&o.storeGroup, "store-group", "", "group (name or gid) allowed to read the store: directories 0750, files 0640")
 	fs.DurationVar(&o.approvalTTL, "approval-ttl", 72*time.Hour, "pending approvals expire after this")
 	fs.DurationVar(&o.sweepInterval, "sweep-interval", 10*time.Second, "how often approvals are expired and promotions caught up")
@@ -114,6 +118,7 @@ flags:
 	fs.StringVar(&o.maxStaged, "max-staged-bytes", "32MiB", "artifact bytes staged in Redis per approval")
 	fs.StringVar(&o.logFormat, "log-format", "json", "json or console")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn, error")
+	fs.StringVar(&o.httpAddr, "metrics-addr", "", "serve /healthz, /readyz and /metrics (Prometheus) on this address, e.g. :9090 or 127.0.0.1:9090 (off when empty)")
 	fs.BoolVar(&o.dev, "dev", false, "dev mode: embedded Redis, best-effort isolation, the csv-report demo (a partner server on loopback, its token as a secret)")
 	fs.StringVar(&o.devAddr, "dev-addr", "127.0.0.1:6379", "address of the embedded Redis in dev mode")
 	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
@@ -167,20 +172,61 @@ flags:
 		o.fetchAllow = append(o.fetchAllow, "127.0.0.1")
 		log.Info().Str("export", partner.url+"/export.csv").Msg("dev mode: the csv-report demo's partner serves its export (bearer token: the secret PARTNER_TOKEN)")
 	}
-	cfg, err := o.config(log)
+	cfg, err := o.config(ctx, log)
 	if err != nil {
 		return err
 	}
-	ropt, err := redis.ParseURL(o.redisURL)
-	if err != nil {
-		return fmt.Errorf("-redis: %w (want redis://[user:password@]host:port/db)", err)
+	ready := &readiness{}
+	ready.set("starting")
+	var m *metrics.Metrics
+	if o.httpAddr != "" {
+		m = metrics.New(worker.Version)
+		ready.m, cfg.Observer = m, m
+		srv, err := serveHTTP(o.httpAddr, m, ready, log)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = srv.Shutdown(5 * time.Second) }()
 	}
-	rdb := redis.NewClient(ropt)
+	rdb, rconf, err := redisconn.Open(o.redisURL)
+	if err != nil {
+		return fmt.Errorf("-redis: %w", err)
+	}
+	redisconn.SetLogger(func(msg string) {
+		lvl := zerolog.DebugLevel // failed dials repeat; the worker says what matters
+		if strings.Contains(msg, "sentinel:") {
+			lvl = zerolog.InfoLevel // a failover: which master now
+		}
+		log.WithLevel(lvl).Str("from", "go-redis").Msg(msg)
+	})
 	defer rdb.Close()
+	ready.rdb.Store(&rdb)
+	ready.set("waiting for Redis at " + rconf.String())
+	if err := waitForRedis(ctx, rdb, rconf.String(), log, startRetries(m)); err != nil {
+		return nil // stopped (SIGINT/SIGTERM) while Redis was unreachable: a clean stop
+	}
+	ready.set("starting slots")
 	cfg.Redis = rdb
+	cfg.RedisNodes = rconf.Nodes(ctx, rdb)
+	if warning, known := redisconn.Durability(ctx, rdb); warning != "" {
+		log.Warn().Str("redis", rconf.String()).Msg(warning)
+	} else if !known {
+		log.Info().Str("redis", rconf.String()).Msg("could not tell whether Redis persists its data (CONFIG GET refused): without AOF or RDB snapshots, a restart loses pending approvals")
+	}
 	w, err := worker.New(cfg)
 	if err != nil {
 		return err
+	}
+	ready.worker.Store(w)
+	if m != nil {
+		m.SetSlots(w.Slots)
+		m.SetHelperRestarts(w.HelperRestarts)
+		st := approve.NewStore(rdb, approve.Options{Prefix: o.prefix})
+		m.SetPending(func() (int64, error) {
+			c, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			return st.Count(c, approve.StatePending)
+		})
 	}
 	if o.dev {
 		go demo(ctx, rdb, o.prefix, partner.url, stdout, log)
@@ -192,7 +238,7 @@ flags:
 	return err
 }
 
-func (o *options) config(log zerolog.Logger) (worker.Config, error) {
+func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config, error) {
 	def, err := limits.Parse("-limits", o.limitsDefault)
 	if err != nil {
 		return worker.Config{}, err
@@ -234,13 +280,18 @@ func (o *options) config(log zerolog.Logger) (worker.Config, error) {
 			return worker.Config{}, fmt.Errorf("-policy: %w", err)
 		}
 	}
-	sink := &promote.FS{Dir: o.storeDir}
+	var gid int
 	if o.storeGroup != "" {
-		gid, err := lookupGroup(o.storeGroup)
-		if err != nil {
+		if storage.IsS3(o.storeDir) {
+			return worker.Config{}, fmt.Errorf("-store-group: only for a directory -store, not %s (S3 readers get access through the bucket's policy)", o.storeDir)
+		}
+		if gid, err = lookupGroup(o.storeGroup); err != nil {
 			return worker.Config{}, fmt.Errorf("-store-group: %w", err)
 		}
-		sink.ReadGroup = gid
+	}
+	sink, err := storage.Open(ctx, o.storeDir, storage.Options{ReadGroup: gid})
+	if err != nil {
+		return worker.Config{}, fmt.Errorf("-store: %w", err)
 	}
 	var sizes [3]limits.Bytes
 	for i, f := range []struct{ name, v string }{{"-max-artifact-bytes", o.maxArtifactBytes}, {"-max-result-bytes", o.maxResultBytes}, {"-max-staged-bytes", o.maxStaged}} {

@@ -66,10 +66,11 @@ func DefaultRedis() (url, from string) {
 // RedisUsage is the usage line of a -redis flag whose default came from
 // from.
 func RedisUsage(from string) string {
+	const forms = "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster:// (README, Redis)"
 	if from == "" {
-		return "Redis URL"
+		return forms
 	}
-	return "Redis URL (default from " + from + ")"
+	return forms + " (default from " + from + ")"
 }
 
 // DevURLFile is where a dev-mode worker writes the URL of its embedded

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/airlock-run/airlock/internal/queuepolicy"
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/internal/queuepolicy"
+	"github.com/airlock-run/airlock/internal/redisconn"
 )
 
 // deleteQueue removes what a test left of queue q: the asynq queue (force,
@@ -16,11 +17,10 @@ import (
 // leaves behind (completed tasks, daily counters: all under "asynq:{q}:"),
 // and the queue's published policy.
 func deleteQueue(url, q string) error {
-	opt, err := redis.ParseURL(url)
+	c, _, err := redisconn.Open(url)
 	if err != nil {
 		return err
 	}
-	c := redis.NewClient(opt)
 	defer c.Close()
 
 	insp := asynq.NewInspectorFromRedisClient(c)
@@ -29,15 +29,10 @@ func deleteQueue(url, q string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	keys := []string{queuepolicy.Key("", q)}
-	iter := c.Scan(ctx, 0, "asynq:{"+q+"}:*", 1000).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
+	if err := c.Del(ctx, queuepolicy.Key("", q)).Err(); err != nil {
+		return fmt.Errorf("deleting the queue's policy: %w", err)
 	}
-	if err := iter.Err(); err != nil {
-		return fmt.Errorf("listing the queue's keys: %w", err)
-	}
-	if err := c.Del(ctx, keys...).Err(); err != nil {
+	if err := DeleteMatching(ctx, c, "asynq:{"+q+"}:*"); err != nil {
 		return fmt.Errorf("deleting the queue's keys: %w", err)
 	}
 	return nil

@@ -21,6 +21,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/internal/redisconn"
 )
 
 // Sources of the Redis used by a test binary, as Source reports them.
@@ -73,11 +75,10 @@ func Source(t testing.TB) string {
 // Client returns a client of the shared Redis, closed when t ends.
 func Client(t testing.TB) redis.UniversalClient {
 	t.Helper()
-	opt, err := redis.ParseURL(URL(t))
+	c, _, err := redisconn.Open(URL(t))
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
-	c := redis.NewClient(opt)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+	"go.uber.org/goleak"
+
 	"github.com/airlock-run/airlock/internal/queuepolicy"
 	"github.com/airlock-run/airlock/internal/redistest"
 	"github.com/airlock-run/airlock/limits"
-	"github.com/hibiken/asynq"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()...) }

@@ -71,6 +71,10 @@ type helper struct {
 
 	mu      sync.Mutex
 	current *stepRun // the step running now, for cancel
+	// running is true from a run request until its answer is sent;
+	// cancelPending records a cancel that came while the step was still
+	// being started (no current yet), for run to apply once it exists.
+	running, cancelPending bool
 }
 
 type spawnReq struct {
@@ -312,6 +316,9 @@ func (h *helper) serve() error {
 	go func() {
 		for r := range runs {
 			resp := h.run(r.req, r.fds)
+			h.mu.Lock()
+			h.running, h.cancelPending = false, false
+			h.mu.Unlock()
 			if err := h.send(resp); err != nil {
 				os.Exit(1)
 			}
@@ -335,11 +342,20 @@ func (h *helper) serve() error {
 				h.killAll()
 				return fmt.Errorf("bad run request: %d descriptors", len(fds))
 			}
+			h.mu.Lock()
+			h.running, h.cancelPending = true, false
+			h.mu.Unlock()
 			runs <- spawnReq{req: req.Run, fds: fds}
 		case "cancel":
+			// The worker sends a cancel only while it waits for a run's
+			// answer: one that comes while the step is being started is
+			// kept for run, one that comes after the answer was sent is
+			// about a step that is over.
 			h.mu.Lock()
 			if s := h.current; s != nil {
 				s.stop(true)
+			} else if h.running {
+				h.cancelPending = true
 			}
 			h.mu.Unlock()
 		}
@@ -363,12 +379,12 @@ type stepRun struct {
 func (s *stepRun) stop(cancel bool) {
 	s.once.Do(func() {
 		s.mu.Lock()
+		defer s.mu.Unlock() // run reads killT under it
 		if cancel {
 			s.canceled = true
 		} else {
 			s.timedOut = true
 		}
-		s.mu.Unlock()
 		_ = unix.Kill(-s.pid, unix.SIGTERM)
 		s.killT = time.AfterFunc(s.grace, func() {
 			_ = unix.Kill(-s.pid, unix.SIGKILL)
@@ -397,6 +413,9 @@ func (h *helper) run(req *runRequest, fds []int) runResponse {
 	s := &stepRun{h: h, pid: sr.pid, grace: time.Duration(req.GraceNS)}
 	h.mu.Lock()
 	h.current = s
+	if h.cancelPending {
+		s.stop(true) // canceled while it was being started
+	}
 	h.mu.Unlock()
 	deadline := time.AfterFunc(time.Duration(req.TimeoutNS), func() { s.stop(false) })
 

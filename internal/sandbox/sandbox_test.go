@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -133,7 +134,17 @@ func BenchmarkRunTrue(b *testing.B) {
 // TestHelperRestarts: a helper that died between steps (a step may end
 // its own helper) is replaced on the next Run.
 func TestHelperRestarts(t *testing.T) {
-	s, _ := setup(t)
+	cfg := testConfig(t)
+	var restarts atomic.Int32
+	cfg.Restarted = func() { restarts.Add(1) }
+	s, err := NewSlot(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if n := restarts.Load(); n != 0 {
+		t.Fatalf("Restarted called %d times at the first start", n)
+	}
 	old := s.cmd.Process.Pid
 	if err := s.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -145,6 +156,9 @@ func TestHelperRestarts(t *testing.T) {
 	}
 	if s.cmd.Process.Pid == old {
 		t.Fatal("helper was not replaced")
+	}
+	if n := restarts.Load(); n != 1 {
+		t.Errorf("Restarted called %d times, want 1", n)
 	}
 }
 

@@ -44,8 +44,12 @@ type SlotConfig struct {
 	// OOM kills are read from it.
 	Cgroup *cgroup.Group
 	Egress func(net.Conn)
-	Stderr io.Writer     // where helpers' own diagnostics go; nil discards
-	Grace  time.Duration // SIGTERM to SIGKILL; default 500ms
+	// Restarted, when set, is called each time the slot starts a helper
+	// after its first (one died, a step changed it, a workspace could not
+	// be emptied): for metrics.
+	Restarted func()
+	Stderr    io.Writer     // where helpers' own diagnostics go; nil discards
+	Grace     time.Duration // SIGTERM to SIGKILL; default 500ms
 }
 
 // Status says which confinement a slot's helper put in place, one field
@@ -72,6 +76,7 @@ type Slot struct {
 	status  Status
 	done    chan struct{} // closed when the helper exits
 	devnull *os.File
+	started bool // a helper was started before
 }
 
 // Step is one program to run in the slot's workspace, which is its
@@ -152,6 +157,10 @@ func (s *Slot) start() error {
 	if s.cfg.Egress != nil && !s.cfg.Namespaces {
 		return errors.New("egress needs a network namespace of the slot's own (root, or user namespaces)")
 	}
+	if s.started && s.cfg.Restarted != nil {
+		s.cfg.Restarted()
+	}
+	s.started = true
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socketpair: %w", err)

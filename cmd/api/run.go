@@ -1,0 +1,277 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/httpapi"
+	"github.com/airlock-run/airlock/internal/cli"
+	"github.com/airlock-run/airlock/internal/redisconn"
+	"github.com/airlock-run/airlock/tasks"
+	"github.com/airlock-run/airlock/webhook"
+)
+
+// Exit codes of Run.
+const (
+	exitOK    = cli.ExitOK
+	exitError = cli.ExitError // Redis, listening, anything else
+	exitUsage = cli.ExitUsage // bad flags or token file
+)
+
+const usageText = `usage: api -tokens FILE [flags]
+       api -hash-token < TOKEN       print the sha256: form of a token, for the token file
+
+Serves Airlock's HTTP JSON API (README, HTTP API; the OpenAPI document is
+served at /openapi.json). The token file holds one token per line:
+
+  NAME SCOPE[,SCOPE...] TOKEN
+
+with scopes among runs:write, runs:read, approvals:read, approvals:write
+(none implies another) and TOKEN either sha256:HEX (what -hash-token
+prints) or the token itself (at least 16 characters). Only hashes are kept
+in memory. Blank lines and lines starting with # are skipped.
+
+exit status: 0 after a clean shutdown (SIGINT, SIGTERM), 1 error,
+2 bad flags or token file
+
+flags:
+`
+
+type options struct {
+	addr, redisURL, prefix, tokens string
+	tlsCert, tlsKey                string
+	maxPayload                     int
+	retention, shutdownTimeout     time.Duration
+	logFormat, logLevel            string
+	hashToken                      bool
+	webhooks                       []webhook.Endpoint
+}
+
+// Run runs the command with args (without the program name) and returns its
+// exit code.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stdout, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, cli.ErrUsage):
+		return exitUsage
+	case err != nil:
+		cli.PrintError(stdout, stderr, "api", false, err, "", exitUsage)
+		return exitUsage
+	}
+	if o.hashToken {
+		return hashToken(stdin, stdout, stderr)
+	}
+	log, err := newLogger(o.logFormat, o.logLevel, stderr)
+	if err != nil {
+		cli.PrintError(stdout, stderr, "api", false, err, "", exitUsage)
+		return exitUsage
+	}
+	tokens, err := httpapi.LoadTokens(o.tokens)
+	if err != nil {
+		cli.PrintError(stdout, stderr, "api", false, fmt.Errorf("-tokens: %w", err), "", exitUsage)
+		return exitUsage
+	}
+	if fi, err := os.Stat(o.tokens); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		log.Warn().Str("file", o.tokens).Str("mode", fi.Mode().Perm().String()).
+			Msg("the token file is readable by others: chmod 600 it (or keep only sha256: hashes in it)")
+	}
+	if err := serve(ctx, o, tokens, log); err != nil {
+		cli.PrintError(stdout, stderr, "api", false, err, "", exitError)
+		return exitError
+	}
+	return exitOK
+}
+
+func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("api", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageText)
+		fs.PrintDefaults()
+	}
+	redisURL, from := cli.DefaultRedis()
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on (port 0: a free port, logged)")
+	fs.StringVar(&o.redisURL, "redis", redisURL, cli.RedisUsage(from))
+	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis: the workers' -prefix")
+	fs.StringVar(&o.tokens, "tokens", "", "token file: NAME SCOPE[,SCOPE...] TOKEN per line (required)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs -tls-key")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of -tls-cert")
+	fs.IntVar(&o.maxPayload, "max-payload", tasks.DefaultMaxPayload, "largest spec accepted, in bytes: caps the body of POST /v1/runs (the worker's -max-payload)")
+	fs.DurationVar(&o.retention, "retention", airlock.DefaultRetention, "how long a run record is kept after its task ends")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, wait this long for requests in flight (long polls and event streams end at once)")
+	fs.StringVar(&o.logFormat, "log-format", "json", "json or console")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.Func("webhook", webhook.FlagUsage, func(v string) error {
+		e, err := webhook.ParseFlag(v)
+		if err == nil {
+			o.webhooks = append(o.webhooks, e)
+		}
+		return err
+	})
+	fs.BoolVar(&o.hashToken, "hash-token", false, "read a token on stdin and print its sha256: form, for the token file")
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() != 0:
+		return o, fmt.Errorf("unexpected argument %q (see -h)", fs.Arg(0))
+	case o.hashToken:
+		return o, nil
+	case o.tokens == "":
+		return o, errors.New("-tokens FILE is required: the API serves nobody without tokens (see -h)")
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return o, errors.New("-tls-cert and -tls-key go together")
+	case o.maxPayload <= 0:
+		return o, errors.New("-max-payload: must be positive")
+	case o.retention <= 0:
+		return o, errors.New("-retention: must be positive (the run record must be kept to be read)")
+	case o.shutdownTimeout <= 0:
+		return o, errors.New("-shutdown-timeout: must be positive")
+	case strings.ContainsAny(o.prefix, "{}"):
+		return o, fmt.Errorf("-prefix %q: must not hold a brace", o.prefix)
+	}
+	return o, nil
+}
+
+// hashToken prints the sha256: form of the token on stdin (its first line).
+func hashToken(stdin io.Reader, stdout, stderr io.Writer) int {
+	line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		cli.PrintError(stdout, stderr, "api", false, err, "", exitError)
+		return exitError
+	}
+	tok := strings.TrimRight(line, "\r\n")
+	if len(tok) < httpapi.MinPlainToken || strings.ContainsAny(tok, " \t") {
+		cli.PrintError(stdout, stderr, "api", false, fmt.Errorf("-hash-token: want a token of at least %d characters without blanks on stdin", httpapi.MinPlainToken), "", exitUsage)
+		return exitUsage
+	}
+	fmt.Fprintln(stdout, httpapi.HashToken(tok))
+	return exitOK
+}
+
+func newLogger(format, level string, w io.Writer) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		return zerolog.Logger{}, fmt.Errorf("-log-level: %w", err)
+	}
+	switch format {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	default:
+		return zerolog.Logger{}, fmt.Errorf("-log-format: %q is not json or console", format)
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// serve runs the server until ctx ends, then shuts it down.
+func serve(ctx context.Context, o options, tokens *httpapi.Tokens, log zerolog.Logger) error {
+	rdb, cfg, err := redisconn.Open(o.redisURL)
+	if err != nil {
+		return fmt.Errorf("-redis: %w", err)
+	}
+	defer rdb.Close()
+	h, err := httpapi.New(rdb, httpapi.Options{
+		Prefix: o.prefix, Retention: o.retention, MaxPayload: o.maxPayload, Tokens: tokens, Log: &log,
+	})
+	if err != nil {
+		return err
+	}
+	var tlsConf *tls.Config
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return fmt.Errorf("-tls-cert/-tls-key: %w", err)
+		}
+		tlsConf = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("-addr: %w", err)
+	}
+	scheme := "http"
+	if tlsConf != nil {
+		ln = tls.NewListener(ln, tlsConf)
+		scheme = "https"
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute, // bodies are at most -max-payload
+		IdleTimeout:       2 * time.Minute,
+		// No WriteTimeout: long polls and event streams last up to
+		// httpapi.MaxWait, and set their own write deadlines.
+		ErrorLog: nil,
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		// Not fatal: Redis may come later; /healthz and every call say so.
+		log.Warn().Str("redis", cfg.String()).Err(err).Msg("Redis does not answer (yet): calls fail with 503 until it does")
+	}
+	pcancel()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	// Webhooks: the dispatcher and the delivery server run beside the API
+	// until it stops; a failure to start them stops the API too.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	wdone := make(chan error, 1)
+	go func() { wdone <- webhook.Run(wctx, rdb, o.prefix, o.webhooks, log) }()
+	werrc := wdone // nil once Run has returned
+	defer func() {
+		wcancel()
+		if werrc != nil {
+			<-werrc
+		}
+	}()
+	log.Info().Str("addr", ln.Addr().String()).Str("url", scheme+"://"+ln.Addr().String()).
+		Str("redis", cfg.String()).Int("tokens", tokens.Len()).Msg("api started")
+wait:
+	for {
+		select {
+		case err := <-errc:
+			h.Close()
+			return fmt.Errorf("serving: %w", err)
+		case err := <-werrc:
+			werrc = nil
+			if err != nil {
+				h.Close()
+				_ = srv.Close()
+				<-errc
+				return fmt.Errorf("webhooks: %w", err)
+			}
+			// No endpoints (Run returns at once), or ctx ended.
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	log.Info().Msg("api stopping")
+	h.Close() // long polls answer, event streams end
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info().Msg("api stopped")
+	return nil
+}

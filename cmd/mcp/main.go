@@ -1,0 +1,28 @@
+// Command mcp is Airlock's MCP server for agents: the tools run_action,
+// get_run, wait_run and get_result (internal/mcpserver) over stdio, for an
+// agent host that starts it, or over streamable HTTP at /mcp with -http:
+//
+//	mcp [flags]                  serve on stdin/stdout
+//	mcp -http ADDR [flags]       serve streamable HTTP at http://ADDR/mcp
+//
+// It enqueues actions and reads their records and published results; it
+// never approves an output. Logs go to stderr (on stdio, stdout is the
+// protocol). See mcp -h.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/airlock-run/airlock/internal/redislog"
+)
+
+func main() {
+	redislog.Discard()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,293 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/promote"
+	"github.com/airlock-run/airlock/record"
+)
+
+// Approval is an approval as GET /v1/approvals/{id} shows it (and as
+// `approve show -json` prints it): its result as JSON when it is valid
+// JSON, as a string otherwise.
+type Approval struct {
+	*approve.Approval
+	Result any `json:"result,omitempty"`
+}
+
+// ApprovalSummary is an approval as GET /v1/approvals lists it (and as
+// `approve list -json` prints it).
+type ApprovalSummary struct {
+	ID         string        `json:"id"`
+	TaskID     string        `json:"task_id"`
+	RunID      string        `json:"run_id"`
+	Queue      string        `json:"queue"`
+	State      approve.State `json:"state"`
+	CreatedAt  time.Time     `json:"created_at"`
+	ExpiresAt  time.Time     `json:"expires_at,omitzero"`
+	Reasons    []string      `json:"reasons"`
+	DecidedBy  string        `json:"decided_by,omitempty"`
+	DecidedAt  time.Time     `json:"decided_at,omitzero"`
+	PromotedAt time.Time     `json:"promoted_at,omitzero"`
+}
+
+// ApprovalList is the answer to GET /v1/approvals.
+type ApprovalList struct {
+	Approvals []ApprovalSummary `json:"approvals"`
+}
+
+// Decision is the body of POST /v1/approvals/{id}/accept and reject.
+type Decision struct {
+	// By is who decides; default: the token's name.
+	By string `json:"by,omitempty"`
+	// Comment says why: optional to accept, required to reject.
+	Comment string `json:"comment,omitempty"`
+}
+
+// Limits of GET /v1/approvals.
+const (
+	defaultListLimit = 50
+	maxListLimit     = 1000
+)
+
+func showApproval(a *approve.Approval) Approval {
+	if a.Artifacts == nil {
+		c := *a
+		c.Artifacts = []record.Artifact{}
+		a = &c
+	}
+	j := Approval{Approval: a}
+	if len(a.Result) > 0 {
+		if json.Valid(a.Result) {
+			j.Result = json.RawMessage(a.Result)
+		} else {
+			j.Result = string(a.Result)
+		}
+	}
+	if j.Reasons == nil {
+		c := *j.Approval
+		c.Reasons = []string{}
+		j.Approval = &c
+	}
+	return j
+}
+
+// approvalError answers an error of the approval store, with the message
+// of `approve` (without its "approve: " prefix).
+func (h *Handler) approvalError(w http.ResponseWriter, r *http.Request, err error) {
+	msg := strings.TrimPrefix(err.Error(), "approve: ")
+	var de *approve.DecidedError
+	switch {
+	case errors.As(err, &de):
+		p := &Problem{Type: ProblemAlreadyDecided, Status: http.StatusConflict, Title: "Already decided",
+			State: string(de.State), DecidedBy: de.By, Detail: msg}
+		if !de.At.IsZero() {
+			at := de.At.UTC()
+			p.DecidedAt = &at
+		}
+		h.fail(w, r, p)
+	case errors.Is(err, approve.ErrNotFound):
+		h.fail(w, r, &Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Detail: msg})
+	case errors.Is(err, approve.ErrCommentRequired):
+		h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: "comment", Detail: msg})
+	default:
+		h.internal(w, r, err)
+	}
+}
+
+// listApprovals serves GET /v1/approvals?state=&limit=.
+func (h *Handler) listApprovals(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	state := approve.State(q.Get("state"))
+	switch state {
+	case "":
+		state = approve.StatePending
+	case approve.StatePending, approve.StateAccepted, approve.StateRejected, approve.StateExpired, approve.StateAll:
+	default:
+		h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: "state",
+			Detail: fmt.Sprintf("state: unknown state %q: want pending, accepted, rejected, expired or all", state)})
+		return
+	}
+	limit := defaultListLimit
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxListLimit {
+			h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: "limit",
+				Detail: fmt.Sprintf("limit: %q: want a number from 1 to %d", s, maxListLimit)})
+			return
+		}
+		limit = n
+	}
+	as, err := h.store.List(r.Context(), state, limit)
+	if err != nil {
+		h.approvalError(w, r, err)
+		return
+	}
+	out := ApprovalList{Approvals: make([]ApprovalSummary, len(as))}
+	for i, a := range as {
+		reasons := a.Reasons
+		if reasons == nil {
+			reasons = []string{}
+		}
+		out.Approvals[i] = ApprovalSummary{ID: a.ID, TaskID: a.TaskID, RunID: a.RunID, Queue: a.Run.Queue, State: a.State,
+			CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Reasons: reasons, DecidedBy: a.DecidedBy,
+			DecidedAt: a.DecidedAt, PromotedAt: a.PromotedAt}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getApproval serves GET /v1/approvals/{id}.
+func (h *Handler) getApproval(w http.ResponseWriter, r *http.Request) {
+	a, err := h.store.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.approvalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, showApproval(a))
+}
+
+// approvalHistory serves GET /v1/approvals/{id}/history.
+func (h *Handler) approvalHistory(w http.ResponseWriter, r *http.Request) {
+	hist, err := h.store.History(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.approvalError(w, r, err)
+		return
+	}
+	if hist == nil {
+		hist = []approve.Event{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"history": hist})
+}
+
+// approvalArtifact serves GET /v1/approvals/{id}/artifacts/{name...}: the
+// staged bytes of one artifact, as an attachment.
+func (h *Handler) approvalArtifact(w http.ResponseWriter, r *http.Request) {
+	id, name := r.PathValue("id"), r.PathValue("name")
+	a, err := h.store.Get(r.Context(), id)
+	if err != nil {
+		h.approvalError(w, r, err)
+		return
+	}
+	var art *record.Artifact
+	for i := range a.Artifacts {
+		if a.Artifacts[i].Name == name {
+			art = &a.Artifacts[i]
+		}
+	}
+	if art == nil {
+		h.fail(w, r, &Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Field: "name",
+			Detail: fmt.Sprintf("approval %s has no artifact %q", id, name)})
+		return
+	}
+	b, err := h.store.Data(r.Context(), id, name)
+	if err != nil {
+		h.approvalError(w, r, err)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "application/octet-stream")
+	hd.Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", strings.ReplaceAll(lastElem(name), `"`, "_")))
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Airlock-Content-Type", art.ContentType)
+	hd.Set("X-Airlock-Sha256", art.SHA256)
+	hd.Set("Content-Length", strconv.Itoa(len(b)))
+	hd.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(b)
+	}
+}
+
+func lastElem(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+// readDecision reads the body of an accept or reject: optional for an
+// accept, JSON with only by and comment.
+func (h *Handler) readDecision(w http.ResponseWriter, r *http.Request) (Decision, bool) {
+	var d Decision
+	b, ok := h.readBody(w, r, maxDecisionBody, "body", func(max int64) string {
+		return fmt.Sprintf("the body is more than %d bytes", max)
+	})
+	if !ok {
+		return d, false
+	}
+	if len(bytes.TrimSpace(b)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&d); err != nil {
+			field := "body"
+			msg := strings.TrimPrefix(err.Error(), "json: ")
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) && te.Field != "" {
+				field, msg = te.Field, "want a string"
+			} else if f, found := strings.CutPrefix(msg, "unknown field "); found {
+				field, msg = strings.Trim(f, `"`), "unknown field (known: by, comment)"
+			}
+			h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: field, Detail: field + ": " + msg})
+			return d, false
+		}
+	}
+	d.By = strings.TrimSpace(d.By)
+	if d.By == "" {
+		d.By = tokenOf(r).Name
+	}
+	return d, true
+}
+
+// accept serves POST /v1/approvals/{id}/accept: promote.Accept, as
+// `approve accept` does.
+func (h *Handler) accept(w http.ResponseWriter, r *http.Request) {
+	d, ok := h.readDecision(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	a, warn, err := promote.Accept(r.Context(), h.store, h.promotions, id, d.By, d.Comment)
+	if warn != nil {
+		h.log.Warn().Str("approval_id", id).Err(warn).Msg("accept")
+	}
+	if a == nil {
+		h.approvalError(w, r, err)
+		return
+	}
+	if err != nil {
+		h.fail(w, r, &Problem{Type: ProblemPromotionNotQueue, Status: http.StatusInternalServerError,
+			State: string(a.State), DecidedBy: a.DecidedBy, Detail: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, showApproval(a))
+}
+
+// reject serves POST /v1/approvals/{id}/reject.
+func (h *Handler) reject(w http.ResponseWriter, r *http.Request) {
+	d, ok := h.readDecision(w, r)
+	if !ok {
+		return
+	}
+	if strings.TrimSpace(d.Comment) == "" {
+		h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: "comment",
+			Detail: "comment is required: say why it is rejected"})
+		return
+	}
+	a, err := h.store.Reject(r.Context(), r.PathValue("id"), d.By, d.Comment)
+	if a == nil {
+		h.approvalError(w, r, err)
+		return
+	}
+	if err != nil {
+		h.log.Warn().Str("approval_id", a.ID).Err(err).Msg("reject")
+	}
+	writeJSON(w, http.StatusOK, showApproval(a))
+}

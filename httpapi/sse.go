@@ -1,0 +1,169 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/record"
+)
+
+// StreamEnd is the data of the last event of a stream, "end".
+type StreamEnd struct {
+	// State is the last state sent.
+	State record.State `json:"state"`
+	// Reason is why the stream ends: "final" (the run's state changes no
+	// more), "timeout" (the stream's bound: ask again to follow on) or
+	// "shutdown" (the server stops).
+	Reason string `json:"reason"`
+}
+
+// rank orders the states of a run: a stream sends a state only when it is
+// further than the last one sent, so that its events are in order even
+// when a re-read and the events stream report the same change.
+func rank(s record.State) int {
+	switch s {
+	case airlock.StatePending, airlock.StateScheduled, airlock.StateRetry, "aggregating":
+		return 0
+	case airlock.StateActive:
+		return 1
+	case record.StateParked:
+		return 2
+	case record.StateAccepted:
+		return 3
+	}
+	return 4 // completed, failed, promoted, rejected, expired
+}
+
+// snapshot is the event that says what a run record says now.
+func snapshot(rec *record.Run) events.Event {
+	t := rec.FinishedAt
+	if rec.DecidedAt != nil && !rec.DecidedAt.IsZero() {
+		t = *rec.DecidedAt
+	}
+	if t.IsZero() {
+		t = time.Now().UTC()
+	}
+	return events.Event{RunID: rec.RunID, TaskID: rec.TaskID, State: rec.State, Verdict: rec.Verdict,
+		ApprovalID: rec.ApprovalID, Error: rec.Error, Time: t}
+}
+
+// runEvents serves GET /v1/runs/{task_id}/events: the run's state changes
+// as Server-Sent Events. The first event is the run's state now; then one
+// event per change, each further than the last (pending, active, parked,
+// accepted, then a final state), each with the events stream's entry id
+// when it came from there. The stream ends with an "end" event once the
+// state is final, after MaxStream, or when the server stops; a comment is
+// sent every KeepAlive.
+func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
+	taskID := r.PathValue("task_id")
+	queue, ok := h.queueOf(w, r, taskID)
+	if !ok {
+		return
+	}
+	ctx, cancel := h.bounded(r.Context(), h.maxStream)
+	defer cancel()
+	// The position comes first: a change after it is never missed.
+	from, err := h.events.Last(ctx)
+	if err != nil {
+		h.internal(w, r, fmt.Errorf("events: %w", err))
+		return
+	}
+	rec, err := h.client.Status(ctx, queue, taskID)
+	if err != nil {
+		h.runError(w, r, taskID, err)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+
+	last := rec.State
+	approvalID := rec.ApprovalID
+	var werr error
+	send := func(name, id string, data any) {
+		if werr != nil {
+			return
+		}
+		b, err := json.Marshal(data)
+		if err != nil {
+			werr = err
+			return
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		msg := ""
+		if id != "" {
+			msg = "id: " + id + "\n"
+		}
+		msg += "event: " + name + "\ndata: " + string(b) + "\n\n"
+		if _, werr = fmt.Fprint(w, msg); werr == nil {
+			werr = rc.Flush()
+		}
+	}
+	send("state", "", snapshot(rec))
+	end := func(reason string) {
+		send("end", "", StreamEnd{State: last, Reason: reason})
+	}
+	if record.Final(last) {
+		end("final")
+		return
+	}
+	nextPing := time.Now().Add(h.keepAlive)
+	// reread looks at the run again (a lost event, asynq's own states):
+	// at least once a second, from Follow's tick.
+	reread := func() (bool, error) {
+		cur, err := h.client.Status(ctx, queue, taskID)
+		if err != nil {
+			return false, err
+		}
+		if cur.ApprovalID != "" {
+			approvalID = cur.ApprovalID
+		}
+		if rank(cur.State) > rank(last) {
+			last = cur.State
+			send("state", "", snapshot(cur))
+		}
+		if time.Now().After(nextPing) && werr == nil {
+			_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			if _, werr = fmt.Fprint(w, ": keep-alive\n\n"); werr == nil {
+				werr = rc.Flush()
+			}
+			nextPing = time.Now().Add(h.keepAlive)
+		}
+		return record.Final(last) || werr != nil, nil
+	}
+	err = h.events.Follow(ctx, from, time.Second, reread, func(e events.Event) (bool, error) {
+		if e.TaskID != taskID && (approvalID == "" || e.ApprovalID != approvalID) {
+			return false, nil
+		}
+		if e.ApprovalID != "" {
+			approvalID = e.ApprovalID
+		}
+		if rank(e.State) > rank(last) {
+			last = e.State
+			send("state", e.ID, e)
+		}
+		return record.Final(last) || werr != nil, nil
+	})
+	switch {
+	case werr != nil || r.Context().Err() != nil:
+		// The client went away: nothing more to say.
+	case err == nil:
+		end("final")
+	case h.stopCtx.Err() != nil:
+		end("shutdown")
+	case errors.Is(err, context.DeadlineExceeded):
+		end("timeout")
+	default:
+		h.log.Warn().Str("task_id", taskID).Err(err).Msg("event stream")
+		end("error")
+	}
+}

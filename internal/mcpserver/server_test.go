@@ -1,0 +1,366 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/xeipuuv/gojsonschema"
+	"go.uber.org/goleak"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/limits"
+	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/tasks"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeClient stands for *airlock.Client: Enqueue prepares the spec as the
+// client does (default policy) and records it; the reads answer from
+// runs.
+type fakeClient struct {
+	mu       sync.Mutex
+	enqueued []*tasks.Spec
+	runs     map[string]*record.Run // by task id
+	block    bool                   // Wait and WaitFinal block until ctx is done
+}
+
+func (f *fakeClient) Enqueue(_ context.Context, s *tasks.Spec) (airlock.Enqueued, error) {
+	if err := s.Prepare(limits.DefaultPolicy()); err != nil {
+		return airlock.Enqueued{}, err
+	}
+	if _, err := s.Encode(0); err != nil {
+		return airlock.Enqueued{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.enqueued = append(f.enqueued, s)
+	id := fmt.Sprintf("task-%d", len(f.enqueued))
+	if f.runs == nil {
+		f.runs = map[string]*record.Run{}
+	}
+	f.runs[id] = &record.Run{TaskID: id, RunID: s.RunID, Queue: s.Queue, State: record.StateCompleted, Verdict: record.VerdictOK,
+		Steps: []record.Step{{Name: s.Steps[0].Name, Argv: s.Steps[0].Run, Stdout: "out\n"}}}
+	return airlock.Enqueued{TaskID: id, Queue: s.Queue, RunID: s.RunID}, nil
+}
+
+func (f *fakeClient) Status(_ context.Context, queue, id string) (*record.Run, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.runs[id]
+	if !ok || r.Queue != queue {
+		return nil, &airlock.NotFoundError{Queue: queue, TaskID: id, Err: asynq.ErrTaskNotFound}
+	}
+	c := *r
+	return &c, nil
+}
+
+func (f *fakeClient) Wait(ctx context.Context, queue, id string) (*record.Run, error) {
+	if f.block {
+		<-ctx.Done()
+		return nil, fmt.Errorf("airlock: waiting for task %s: %w", id, ctx.Err())
+	}
+	return f.Status(ctx, queue, id)
+}
+
+func (f *fakeClient) WaitFinal(ctx context.Context, queue, id string) (*record.Run, error) {
+	return f.Wait(ctx, queue, id)
+}
+
+func (f *fakeClient) ResultIn(_ context.Context, queue, id string) (*airlock.Published, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.runs[id]
+	if r == nil || r.State != record.StatePromoted {
+		return nil, &airlock.NotPromotedError{TaskID: id, State: record.StateParked}
+	}
+	return &airlock.Published{Where: "/store/" + id, Result: json.RawMessage(`{"n":1}`)}, nil
+}
+
+// connect serves New(c, o) to an SDK client over in-memory transports.
+func connect(t *testing.T, c Client, o Options, copts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	srv, err := New(c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	ss, err := srv.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cs.Close()
+		ss.Wait()
+		cancel()
+	})
+	return cs
+}
+
+// callTool calls a tool and returns its result and structured content.
+func callTool(t *testing.T, cs *mcp.ClientSession, name, args string) (*mcp.CallToolResult, map[string]any) {
+	t.Helper()
+	var a map[string]any
+	if err := json.Unmarshal([]byte(args), &a); err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: a})
+	if err != nil {
+		t.Fatalf("%s %s: protocol error %v", name, args, err)
+	}
+	var m map[string]any
+	b, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(b, &m)
+	return res, m
+}
+
+func TestToolsAreExactlyFourAndNoneApproves(t *testing.T) {
+	cs := connect(t, &fakeClient{}, Options{}, nil)
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+		raw, _ := json.Marshal(tool.InputSchema)
+		sl := gojsonschema.NewSchemaLoader()
+		sl.Draft = gojsonschema.Draft7
+		sl.Validate = true
+		if _, err := sl.Compile(gojsonschema.NewBytesLoader(raw)); err != nil {
+			t.Errorf("%s: input schema: %v", tool.Name, err)
+		}
+		if strings.Contains(tool.Name, "approv") || strings.Contains(tool.Name, "accept") || strings.Contains(tool.Name, "reject") {
+			t.Errorf("tool %s", tool.Name)
+		}
+	}
+	if !slices.Equal(names, []string{"get_result", "get_run", "run_action", "wait_run"}) { // listed by name
+		t.Errorf("tools %v", names)
+	}
+	want := slices.Sorted(slices.Values(Tools))
+	if !slices.Equal(names, want) {
+		t.Errorf("tools %v, Tools %v", names, want)
+	}
+}
+
+// run_action's spec property is tasks.SpecSchema: its root keys but the
+// $schema, $id and definitions, which sit at the tool schema's root.
+func TestRunActionSchemaIsTheSpecSchema(t *testing.T) {
+	sc, err := buildSchemas()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec map[string]any
+	if err := json.Unmarshal(tasks.SpecSchema, &spec); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(sc.runAction)
+	var tool map[string]any
+	_ = json.Unmarshal(b, &tool)
+	if diff := cmp.Diff(spec["definitions"], tool["definitions"]); diff != "" {
+		t.Errorf("definitions differ (-spec +tool):\n%s", diff)
+	}
+	prop := tool["properties"].(map[string]any)["spec"].(map[string]any)
+	for k, v := range spec {
+		switch k {
+		case "$schema", "$id", "definitions":
+			if _, ok := prop[k]; ok {
+				t.Errorf("spec property has %s", k)
+			}
+		case "description":
+		default:
+			if !reflect.DeepEqual(prop[k], v) {
+				t.Errorf("spec property's %s differs from tasks.SpecSchema's", k)
+			}
+		}
+	}
+	if tool["$schema"] != draft07 || tool["type"] != "object" {
+		t.Errorf("root: $schema %v, type %v", tool["$schema"], tool["type"])
+	}
+}
+
+func TestRunActionSimpleForm(t *testing.T) {
+	fc := &fakeClient{}
+	cs := connect(t, fc, Options{Queues: []string{"agents", "other"}}, nil)
+	res, out := callTool(t, cs, ToolRunAction, `{"command": "wc -l in/a", "files": {"in/a": "1\n2\n"}, "stdin": "x", "env": {"A": "b"},
+		"timeout": "20s", "limits": {"memory": "64MiB"}, "output_result": "out/r.json", "output_schema": {"type": "object"},
+		"artifacts": ["out/*.csv"], "run_id": "r-1", "idempotency_key": "k", "action": "count", "approval": "always"}`)
+	if res.IsError {
+		t.Fatalf("error: %v", out)
+	}
+	if out["task_id"] != "task-1" || out["queue"] != "agents" || out["run_id"] != "r-1" || out["record"] != nil {
+		t.Errorf("answer %v", out)
+	}
+	s := fc.enqueued[0]
+	if s.Queue != "agents" || len(s.Steps) != 1 || s.Steps[0].Name != "command" ||
+		!slices.Equal(s.Steps[0].Run, []string{"sh", "-c", "wc -l in/a"}) || s.Steps[0].Stdin != "x" || s.Steps[0].Env["A"] != "b" ||
+		time.Duration(s.Timeout) != 20*time.Second || s.Limits.Memory != 64<<20 ||
+		s.Output == nil || s.Output.Result != "out/r.json" || !slices.Equal(s.Output.Artifacts, []string{"out/*.csv"}) ||
+		s.IdempotencyKey != "k" || s.Action != "count" || s.Approval != "always" || string(s.Files["in/a"]) != "1\n2\n" {
+		b, _ := json.Marshal(s)
+		t.Errorf("spec %s", b)
+	}
+	// An argv, and wait: the record comes with the answer.
+	res, out = callTool(t, cs, ToolRunAction, `{"command": ["python3", "-c", "print(1)"], "wait": true}`)
+	if res.IsError || out["record"] == nil || !strings.HasPrefix(out["note"].(string), "completed") {
+		t.Fatalf("answer %v", out)
+	}
+	if !slices.Equal(fc.enqueued[1].Steps[0].Run, []string{"python3", "-c", "print(1)"}) {
+		t.Errorf("run %v", fc.enqueued[1].Steps[0].Run)
+	}
+	// A spec may name a served queue, not another.
+	if res, out = callTool(t, cs, ToolRunAction, `{"spec": {"version": 1, "queue": "other", "steps": [{"run": ["true"]}]}}`); res.IsError || out["queue"] != "other" {
+		t.Errorf("spec in queue other: %v", out)
+	}
+}
+
+func TestToolErrorsNameTheField(t *testing.T) {
+	cs := connect(t, &fakeClient{}, Options{}, nil)
+	for _, tc := range []struct{ tool, args, field, msg string }{
+		{ToolRunAction, `{"spec": {"version": 1, "steps": [{"run": ["true"], "tiemout": "1s"}]}}`, "spec.steps[0].tiemout",
+			"spec rejected: spec.steps[0].tiemout: unknown field (known fields: name, run, stdin, timeout, env)"},
+		{ToolRunAction, `{"spec": {"steps": [{"run": ["true"]}]}}`, "spec.version", "spec rejected: spec.version: got 0, want 1"},
+		{ToolRunAction, `{"spec": "{}"}`, "spec", "spec rejected: spec: want a JSON object"},
+		{ToolRunAction, `{"spec": {"version": 1, "queue": "q2", "steps": [{"run": ["true"]}]}}`, "spec.queue", `spec rejected: spec.queue: queue "q2" is not one this MCP server serves`},
+		{ToolRunAction, `{"command": ["true"], "files": {"/etc/x": "y"}}`, `files["/etc/x"]`, `spec rejected: files["/etc/x"]: `},
+		{ToolRunAction, `{"command": []}`, "command", "spec rejected: command"},
+		{ToolRunAction, `{"command": ["a", 1]}`, "command[1]", "spec rejected: command[1]"},
+		{ToolRunAction, `{"command": "x", "env": {"HOME": "/"}}`, `env["HOME"]`, "spec rejected: env"},
+		{ToolRunAction, `{"command": "x", "limits": {"memory": "64GiB"}}`, "limits.memory", "spec rejected: limits.memory: "},
+		{ToolRunAction, `{"command": "x", "artifacts": ["out/**"]}`, "artifacts[0]", "spec rejected: artifacts[0]"},
+		{ToolRunAction, `{"command": "x", "wait_timeout": "-1s"}`, "wait_timeout", `wait_timeout: "-1s": must be positive`},
+		{ToolRunAction, `{"command": "x", "files": {"a": "b"}, "spec": {"version": 1, "steps": [{"run": ["true"]}]}}`, "command", "command: not with spec"},
+		{ToolRunAction, `{}`, "command", "command: missing"},
+		{ToolGetRun, `{}`, "task_id", "task_id: missing"},
+		{ToolGetRun, `{"task_id": 5}`, "task_id", "task_id: want a string"},
+		{ToolGetRun, `{"task_id": "x", "queue": "nope"}`, "queue", `queue: queue "nope" is not one this MCP server serves`},
+		{ToolGetResult, `{"task_id": "x", "approval_id": "ap-1"}`, "approval_id", "approval_id: unknown field (known fields: task_id, queue)"},
+		{ToolWaitRun, `{"task_id": "x", "until": "accepted"}`, "until", `until: "accepted" is not done or final`},
+		{ToolWaitRun, `{"task_id": "x", "timeout": "1 minute"}`, "timeout", `timeout: "1 minute" is not a Go duration`},
+	} {
+		res, out := callTool(t, cs, tc.tool, tc.args)
+		if !res.IsError {
+			t.Errorf("%s %s: not an error: %v", tc.tool, tc.args, out)
+			continue
+		}
+		text := res.Content[0].(*mcp.TextContent).Text
+		if out["field"] != tc.field || !strings.HasPrefix(text, tc.msg) || out["error"] != text {
+			t.Errorf("%s %s: field %v, text %q; want field %q and %q", tc.tool, tc.args, out["field"], text, tc.field, tc.msg)
+		}
+	}
+	res, out := callTool(t, cs, ToolGetRun, `{"task_id": "nope"}`)
+	if !res.IsError || !strings.Contains(out["error"].(string), `task "nope" not found in queue "default"`) {
+		t.Errorf("unknown task: %v", out)
+	}
+}
+
+func TestParkedRunCannotBeApproved(t *testing.T) {
+	fc := &fakeClient{runs: map[string]*record.Run{"t1": {TaskID: "t1", Queue: "default", State: record.StateParked,
+		ApprovalID: "ap-1", Decision: &record.Decision{Action: "park", Reasons: []string{"rule big"}}}}}
+	cs := connect(t, fc, Options{}, nil)
+	for _, tool := range []string{ToolGetRun, ToolWaitRun} {
+		res, out := callTool(t, cs, tool, `{"task_id": "t1"}`)
+		if res.IsError || !strings.Contains(out["note"].(string), CannotApprove) || !strings.Contains(out["note"].(string), "ap-1") ||
+			!strings.Contains(out["note"].(string), "rule big") {
+			t.Errorf("%s: %v", tool, out)
+		}
+	}
+	res, out := callTool(t, cs, ToolGetResult, `{"task_id": "t1"}`)
+	if !res.IsError || out["state"] != "parked" || !strings.Contains(out["error"].(string), CannotApprove) {
+		t.Errorf("get_result: %v", out)
+	}
+	fc.runs["t1"].State = record.StatePromoted
+	res, out = callTool(t, cs, ToolGetResult, `{"task_id": "t1"}`)
+	if res.IsError || out["where"] != "/store/t1" || !reflect.DeepEqual(out["result"], map[string]any{"n": 1.0}) {
+		t.Errorf("get_result of a promoted run: %v", out)
+	}
+	for state, want := range map[record.State]string{
+		record.StateRejected: "rejected", record.StateExpired: "expired", record.StateFailed: "failed", record.StateAccepted: "promotion is queued",
+		airlock.StatePending: "not started yet",
+	} {
+		fc.runs["t1"].State = state
+		res, out = callTool(t, cs, ToolGetResult, `{"task_id": "t1"}`)
+		if !res.IsError || out["state"] != string(state) || !strings.Contains(out["error"].(string), want) {
+			t.Errorf("get_result of a %s run: %v", state, out)
+		}
+	}
+}
+
+// A wait that times out answers with the run as it is, and a client that
+// gave a progress token hears from the server meanwhile.
+func TestWaitTimesOutWithProgress(t *testing.T) {
+	fc := &fakeClient{block: true, runs: map[string]*record.Run{"t1": {TaskID: "t1", Queue: "default", State: airlock.StateActive}}}
+	var mu sync.Mutex
+	var progress []string
+	copts := &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		progress = append(progress, r.Params.Message)
+	}}
+	cs := connect(t, fc, Options{MaxWait: 400 * time.Millisecond, Progress: 50 * time.Millisecond}, copts)
+	params := &mcp.CallToolParams{Name: ToolWaitRun, Arguments: map[string]any{"task_id": "t1", "timeout": "1h"}}
+	params.SetProgressToken("p1")
+	start := time.Now()
+	res, err := cs.CallTool(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 400*time.Millisecond || d > 5*time.Second {
+		t.Errorf("waited %v, want the -max-wait of 400ms", d)
+	}
+	var out runOut
+	b, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(b, &out)
+	if res.IsError || !out.TimedOut || out.Record.State != airlock.StateActive || !strings.HasPrefix(out.Note, "still active after 400ms") {
+		t.Errorf("answer %s", b)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(progress) == 0 || !strings.Contains(progress[0], "waiting for task t1") {
+		t.Errorf("progress notifications %q", progress)
+	}
+}
+
+func TestSimpleField(t *testing.T) {
+	for in, want := range map[string]string{
+		"steps[0].run":         "command",
+		"steps[0].run[2]":      "command[2]",
+		"steps[0].runner":      "command", // not a prefix match of run: the step itself
+		"steps[0].stdin":       "stdin",
+		`steps[0].env["X"]`:    `env["X"]`,
+		"output.result":        "output_result",
+		"output.schema":        "output_schema",
+		"output.artifacts[1]":  "artifacts[1]",
+		"output":               "output_result",
+		`files["a"]`:           `files["a"]`,
+		"limits.memory":        "limits.memory",
+		"spec":                 "arguments",
+		"timeout":              "timeout",
+		"steps":                "command",
+		"steps[0].timeout":     "command",
+		"idempotency_key":      "idempotency_key",
+		"output.schema.x.y[0]": "output_schema.x.y[0]",
+	} {
+		if got := simpleField(in, false); got != want {
+			t.Errorf("simpleField(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := simpleField("steps[0].run[0]", true); got != "command" {
+		t.Errorf("a string command: %q", got)
+	}
+}

@@ -1,0 +1,8 @@
+package s3test
+
+import "syscall"
+
+// dieWithParent makes the server die with the test binary.
+func dieWithParent() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

@@ -1,0 +1,62 @@
+package promote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/airlock-run/airlock/approve"
+)
+
+// DefaultQueue is where a promotion goes when the approval's run summary
+// names no queue (asynq's default queue).
+const DefaultQueue = "default"
+
+// Accept accepts pending approval id for by (with an optional comment) and
+// queues its promotion in the run's queue: what `approve accept` does, for
+// every front end that accepts (the CLI, the HTTP API). Exactly one of
+// concurrent deciders wins (approve.Store.Accept); the others get a
+// *approve.DecidedError saying who decided what and when. When the
+// approval was accepted already and its output is not published yet, the
+// promotion is queued again (idempotent: one task per approval), and the
+// error says so.
+//
+// It returns the accepted approval. warn is not nil when the approval was
+// accepted but the store's indexes could not be updated (Store.Accept's
+// own warning): the decision stands. err is not nil when nothing was
+// accepted, or when the promotion could not be queued after the accept
+// (the approval is then returned with err: accepting again queues it, and
+// a worker re-queues it when it starts).
+func Accept(ctx context.Context, st *approve.Store, ac *asynq.Client, id, by, comment string) (a *approve.Approval, warn, err error) {
+	a, err = st.Accept(ctx, id, by, comment)
+	if a == nil {
+		var de *approve.DecidedError
+		if errors.As(err, &de) && de.State == approve.StateAccepted {
+			// Accepted by someone else (or by an earlier try that could
+			// not queue the promotion): queuing it is idempotent.
+			if cur, gerr := st.Get(ctx, id); gerr == nil && cur.PromotedAt.IsZero() {
+				if qerr := EnqueueFor(ctx, ac, cur); qerr == nil {
+					return nil, nil, fmt.Errorf("%w; its promotion is queued", err)
+				}
+			}
+		}
+		return nil, nil, err
+	}
+	warn = err // accepted, but the indexes are stale
+	if err := EnqueueFor(ctx, ac, a); err != nil {
+		return a, warn, fmt.Errorf("accepted %s, but queuing its promotion failed: %w (accept %s again to queue it; a worker re-queues it when it starts)", id, err, id)
+	}
+	return a, warn, nil
+}
+
+// EnqueueFor queues the promotion of accepted approval a in its run's
+// queue (DefaultQueue when the summary names none); see Enqueue.
+func EnqueueFor(ctx context.Context, ac *asynq.Client, a *approve.Approval) error {
+	q := a.Run.Queue
+	if q == "" {
+		q = DefaultQueue
+	}
+	return Enqueue(ctx, ac, q, a.ID)
+}

@@ -1,0 +1,144 @@
+// Package storage opens the store promoted outputs are published to from
+// its location (the worker's -store value), and reads publications back
+// from where a store said it put them (a record's published_to).
+//
+// A location is a directory, the filesystem store (promote.FS), or
+// s3://bucket/prefix, an S3-compatible object store (s3store.Store)
+// configured from the usual AWS environment variables.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/airlock-run/airlock/promote"
+	"github.com/airlock-run/airlock/promote/s3store"
+)
+
+// Options are the settings of a store beyond its location.
+type Options struct {
+	// ReadGroup is the gid allowed to read a filesystem store (0: none);
+	// it has no meaning for S3, where Open refuses it.
+	ReadGroup int
+}
+
+// IsS3 reports whether location names an S3 store or publication.
+func IsS3(location string) bool { return strings.HasPrefix(location, s3store.Scheme) }
+
+// Open returns the store at location: a directory (created on first
+// publication), or s3://bucket/prefix, whose client is configured from
+// the environment (s3store.NewClient) and whose bucket Open checks it can
+// reach.
+func Open(ctx context.Context, location string, o Options) (promote.Sink, error) {
+	switch {
+	case location == "":
+		return nil, errors.New("empty: want a directory or s3://bucket/prefix")
+	case IsS3(location):
+		if o.ReadGroup > 0 {
+			return nil, fmt.Errorf("%s: a read group is for a directory store; give S3 readers access with the bucket's own policy", location)
+		}
+		bucket, prefix, err := s3store.ParseURL(location)
+		if err != nil {
+			return nil, err
+		}
+		client, err := s3store.NewClient(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", location, err)
+		}
+		s := s3store.New(client, bucket, prefix)
+		if err := s.Check(ctx); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("%s: %w", location, err)
+		}
+		return s, nil
+	case strings.Contains(location, "://"):
+		return nil, fmt.Errorf("%q: unknown scheme; want a directory or s3://bucket/prefix", location)
+	}
+	return &promote.FS{Dir: location, ReadGroup: o.ReadGroup}, nil
+}
+
+// Reader reads publications back, from where the store of each said it
+// put them: a directory of a filesystem store, which this process must be
+// able to read, or s3://bucket/prefix/run_id/task_id/, through an S3
+// client configured from the environment, created on first use. It
+// implements promote.Reader; its zero value is ready to use.
+type Reader struct {
+	mu sync.Mutex
+	s3 *s3store.Reader
+}
+
+var _ promote.Reader = (*Reader)(nil)
+
+// ReadFile reads the file name of the publication at where, at most max
+// bytes: a larger file is an error, and a missing one an error matching
+// fs.ErrNotExist.
+func (r *Reader) ReadFile(ctx context.Context, where, name string, max int64) ([]byte, error) {
+	if !fs.ValidPath(name) || name == "." {
+		return nil, fmt.Errorf("storage: %q is not a file name of a publication", name)
+	}
+	if IsS3(where) {
+		s3r, err := r.s3Reader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return s3r.ReadFile(ctx, where, name, max)
+	}
+	return readFile(filepath.Join(where, filepath.FromSlash(name)), max)
+}
+
+// Close releases the idle connections of the S3 client, if any.
+func (r *Reader) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.s3 != nil {
+		r.s3.Close()
+	}
+}
+
+// s3Reader creates the S3 reader on first use; a failure is not kept,
+// the next call tries again.
+func (r *Reader) s3Reader(ctx context.Context) (*s3store.Reader, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.s3 == nil {
+		client, err := s3store.NewClient(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.s3 = s3store.NewReader(client)
+	}
+	return r.s3, nil
+}
+
+// readFile reads at most max bytes of path.
+func readFile(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
+	}
+	return b, nil
+}
+
+// shared is the Reader of ReadFile.
+var shared Reader
+
+// ReadFile reads a file of a publication with a Reader shared by the
+// process (and its S3 client).
+func ReadFile(ctx context.Context, where, name string, max int64) ([]byte, error) {
+	return shared.ReadFile(ctx, where, name, max)
+}

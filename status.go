@@ -1,0 +1,113 @@
+package airlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/record"
+)
+
+// States of a task that has no run record yet, as Status reports them in
+// record.Run.State: asynq's own names for the task's state.
+const (
+	StatePending   record.State = "pending"   // waiting for a worker
+	StateActive    record.State = "active"    // a worker is running it
+	StateScheduled record.State = "scheduled" // to be run later
+	StateRetry     record.State = "retry"     // an attempt failed (a worker failure); to be retried
+)
+
+// Status returns the run of task taskID in queue as it is now, without
+// waiting:
+//
+//   - before the worker stored its record, a record with only task_id,
+//     run_id, queue, max_retry, attempt and a State of StatePending,
+//     StateActive, StateScheduled or StateRetry (asynq's last error in
+//     error);
+//   - then the record the worker stored, or, for a task archived without
+//     one, the record Wait gives (failed, verdict error);
+//   - for a run whose output went to the approval queue, the approval's
+//     fate applied as WaitFinal does: accepted, promoted, rejected or
+//     expired, with decided_by and decided_at.
+//
+// A task that is not in the queue gives an error matching ErrNotFound.
+func (c *Client) Status(ctx context.Context, queue, taskID string) (*record.Run, error) {
+	info, err := c.insp.GetTaskInfo(queue, taskID)
+	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+		return nil, &NotFoundError{Queue: queue, TaskID: taskID, Err: err}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("airlock: task %s in queue %q: %w", taskID, queue, err)
+	}
+	var rec *record.Run
+	switch {
+	case info.State == asynq.TaskStateCompleted,
+		info.State == asynq.TaskStateArchived && len(info.Result) > 0,
+		// The worker stores the record just before asynq marks the
+		// task completed.
+		info.State == asynq.TaskStateActive && len(info.Result) > 0:
+		if rec, err = decodeRecord(info); err != nil {
+			return nil, err
+		}
+	case info.State == asynq.TaskStateArchived:
+		rec = archivedRecord(info)
+	default:
+		return &record.Run{
+			TaskID:   info.ID,
+			RunID:    payloadRunID(info.Payload),
+			Queue:    info.Queue,
+			State:    record.State(info.State.String()),
+			Error:    info.LastErr,
+			Attempt:  info.Retried + 1,
+			MaxRetry: info.MaxRetry,
+		}, nil
+	}
+	if rec.ApprovalID != "" && !record.Final(rec.State) {
+		a, err := c.store.Get(ctx, rec.ApprovalID)
+		if err != nil && !errors.Is(err, approve.ErrNotFound) {
+			return nil, fmt.Errorf("airlock: approval %s: %w", rec.ApprovalID, err)
+		}
+		if err == nil {
+			applyApproval(rec, a)
+			if rec.PublishedTo == "" {
+				rec.PublishedTo = a.PublishedTo
+			}
+		}
+	}
+	return rec, nil
+}
+
+// Locate returns the queue that holds task taskID, looking in every queue
+// as Result does: an error matching ErrNotFound when none does, and an
+// error naming them when several do (task ids are unique per queue only).
+func (c *Client) Locate(ctx context.Context, taskID string) (string, error) {
+	queues, err := c.insp.Queues()
+	if err != nil {
+		return "", fmt.Errorf("airlock: list queues: %w", err)
+	}
+	var found []string
+	for _, q := range queues {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		_, err := c.insp.GetTaskInfo(q, taskID)
+		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("airlock: task %s in queue %q: %w", taskID, q, err)
+		}
+		found = append(found, q)
+	}
+	switch len(found) {
+	case 0:
+		return "", &NotFoundError{TaskID: taskID, Err: asynq.ErrTaskNotFound}
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("airlock: task %s is in queues %s: say which", taskID, strings.Join(found, ", "))
+}

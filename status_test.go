@@ -1,0 +1,78 @@
+package airlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/tasks"
+)
+
+// TestStatus checks Status before a worker runs the task (pending, with
+// no record), once it is done (the stored record), and for an unknown id.
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	q := redistest.Queue(t)
+	c := newClient(t, airlock.ClientOptions{})
+	ctx := context.Background()
+	enq, err := c.Enqueue(ctx, newSpec(q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := c.Status(ctx, q, enq.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != airlock.StatePending || rec.TaskID != enq.TaskID || rec.RunID != enq.RunID || rec.Queue != q || rec.Attempt != 1 || rec.MaxRetry != 3 {
+		t.Errorf("Status of a pending task: %+v", rec)
+	}
+	if record.Final(rec.State) {
+		t.Errorf("pending is final")
+	}
+	redistest.Serve(t, q, handler(record.StateCompleted, record.VerdictOK, nil))
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := c.Wait(wctx, q, enq.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = c.Status(ctx, q, enq.TaskID)
+	if err != nil || rec.State != record.StateCompleted || rec.Worker != "fake" {
+		t.Errorf("Status of a completed task: %+v, %v", rec, err)
+	}
+	if _, err := c.Status(ctx, q, "no-such-task"); !errors.Is(err, airlock.ErrNotFound) {
+		t.Errorf("Status of an unknown task: %v, want ErrNotFound", err)
+	}
+}
+
+// TestLocate checks that Locate finds a task's queue, and says when no
+// queue or several hold the id.
+func TestLocate(t *testing.T) {
+	t.Parallel()
+	q1, q2 := redistest.Queue(t), redistest.Queue(t)
+	c := newClient(t, airlock.ClientOptions{})
+	ctx := context.Background()
+	enq, err := c.Enqueue(ctx, newSpec(q1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := c.Locate(ctx, enq.TaskID); err != nil || q != q1 {
+		t.Errorf("Locate = %q, %v; want %s", q, err, q1)
+	}
+	if _, err := c.Locate(ctx, "no-such-task-"+q1); !errors.Is(err, airlock.ErrNotFound) {
+		t.Errorf("Locate of an unknown id: %v", err)
+	}
+	ac := asynq.NewClientFromRedisClient(redistest.Client(t))
+	if _, err := ac.Enqueue(asynq.NewTask(tasks.TypeRun, []byte(`{}`)), asynq.Queue(q2), asynq.TaskID(enq.TaskID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Locate(ctx, enq.TaskID); err == nil || !strings.Contains(err.Error(), "is in queues") {
+		t.Errorf("Locate of an id in two queues: %v", err)
+	}
+}
