@@ -32,13 +32,14 @@ const FullN = 1000
 const (
 	SecThroughput = "throughput"
 	SecLatency    = "latency"
+	SecStart      = "start"
 	SecOverhead   = "overhead"
 	SecRSS        = "rss"
 	SecApprovals  = "approvals"
 )
 
 // AllSections is every section, the default of Options.Sections.
-var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch}
+var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch, SecStart}
 
 // Options configure a run. Zero fields take the defaults.
 type Options struct {
@@ -64,9 +65,10 @@ type Options struct {
 	// FetchBytes is the size of the fetch section's download; default
 	// DefaultFetchBytes.
 	FetchBytes int64
-	// CPUProfile, when set, adds one Airlock run of the trivial workload at
-	// the highest concurrency (not counted in the table) whose worker
-	// writes a CPU profile there.
+	// CPUProfile, when set, adds runs of the trivial and script workloads
+	// (those of Workloads) at the highest concurrency, not counted in the
+	// table, whose servers write CPU profiles: the worker's there, the
+	// baselines' next to it (harness.profile).
 	CPUProfile string
 	// WorkerLogLevel of the worker processes; default "info", as deployed.
 	WorkerLogLevel string
@@ -154,6 +156,7 @@ type Report struct {
 	RSS        []RSSRow        `json:"rss,omitempty"`
 	Approvals  *ApprovalsRow   `json:"approvals,omitempty"`
 	Fetch      *FetchRow       `json:"fetch,omitempty"`
+	Start      []StartRow      `json:"start,omitempty"`
 	Profile    string          `json:"cpu_profile,omitempty"`
 	Notes      []string        `json:"notes,omitempty"`
 	Skipped    []string        `json:"skipped,omitempty"`
@@ -195,9 +198,15 @@ type ThroughputRow struct {
 	Ratio       Stat   `json:"ratio"` // airlock/baseline of each round
 	// CPU milliseconds per task of each server's whole process tree
 	// (server, helpers, steps), from wait4's rusage and /proc.
-	BaselineCPU Stat   `json:"baseline_cpu_ms_per_task"`
-	AirlockCPU  Stat   `json:"airlock_cpu_ms_per_task"`
-	Note        string `json:"note,omitempty"`
+	BaselineCPU Stat `json:"baseline_cpu_ms_per_task"`
+	AirlockCPU  Stat `json:"airlock_cpu_ms_per_task"`
+	// The durable baseline, for workloads with a result: the bare one
+	// that also writes the result to a file (fsync, rename, fsync of the
+	// directory). Nil for the others.
+	Durable      *Stat  `json:"durable_tasks_per_s,omitempty"`
+	DurableRatio *Stat  `json:"durable_ratio,omitempty"` // airlock/durable of each round
+	DurableCPU   *Stat  `json:"durable_cpu_ms_per_task,omitempty"`
+	Note         string `json:"note,omitempty"`
 }
 
 // LatencyRow is the idle latency of one system, in milliseconds.
@@ -395,6 +404,7 @@ func (h *harness) run(ctx context.Context) error {
 	}
 	tp := newThroughputAcc()
 	lat := map[string]*latencyAcc{}
+	starts := map[string]*startAcc{}
 	ovh := newOverheadAcc()
 	var approvalRounds []float64
 	var cliRounds []float64
@@ -416,13 +426,19 @@ func (h *harness) run(ctx context.Context) error {
 		if r%2 == 1 {
 			order = []string{systemAirlock, systemBaseline}
 		}
-		if h.want(SecThroughput) || h.want(SecLatency) || h.want(SecOverhead) || appr != nil {
+		if h.want(SecThroughput) || h.want(SecLatency) || h.want(SecStart) || h.want(SecOverhead) || appr != nil {
 			h.logf("round %d/%d (first: %s)", r+1, h.opt.Rounds, order[0])
 		}
 		if h.want(SecThroughput) {
 			for _, wl := range h.workloads() {
+				systems := order
+				if wl.result {
+					// The durable baseline runs second: first or last
+					// in a round alternates between the other two.
+					systems = []string{order[0], systemDurable, order[1]}
+				}
 				for _, c := range h.opt.Concurrency {
-					for _, sys := range order {
+					for _, sys := range systems {
 						v, err := h.throughput(ctx, sys, wl, c, r)
 						if err != nil {
 							return fmt.Errorf("throughput %s %s c=%d: %w", sys, wl.name, c, err)
@@ -442,6 +458,20 @@ func (h *harness) run(ctx context.Context) error {
 					lat[sys] = &latencyAcc{}
 				}
 				lat[sys].add(la)
+			}
+		}
+		if h.want(SecStart) {
+			c := slices.Max(h.opt.Concurrency)
+			for _, sys := range order {
+				ready, first, err := h.coldStart(ctx, sys, c)
+				if err != nil {
+					return fmt.Errorf("start %s: %w", sys, err)
+				}
+				if starts[sys] == nil {
+					starts[sys] = &startAcc{}
+				}
+				starts[sys].ready = append(starts[sys].ready, ready)
+				starts[sys].first = append(starts[sys].first, first)
 			}
 		}
 		if h.want(SecOverhead) {
@@ -467,6 +497,11 @@ func (h *harness) run(ctx context.Context) error {
 	for _, sys := range []string{systemBaseline, systemAirlock} {
 		if a := lat[sys]; a != nil {
 			h.rep.Latency = append(h.rep.Latency, a.row(sys, h.sz.Latency))
+		}
+	}
+	for _, sys := range []string{systemBaseline, systemAirlock} {
+		if a := starts[sys]; a != nil {
+			h.rep.Start = append(h.rep.Start, a.row(sys, slices.Max(h.opt.Concurrency), h.opt.Rounds))
 		}
 	}
 	h.rep.Overhead = ovh.rows()

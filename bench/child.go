@@ -40,7 +40,10 @@ const (
 // Systems compared.
 const (
 	systemBaseline = "baseline"
-	systemAirlock  = "airlock"
+	// systemDurable is the baseline server started with -durable: it also
+	// writes each task's result to a file, durably.
+	systemDurable = "durable"
+	systemAirlock = "airlock"
 )
 
 // readyLine is what a server prints on stdout once it serves.
@@ -161,8 +164,18 @@ func workerChild(args []string) error {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
+	// Ready once it serves its queues, as its /readyz says.
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	for w.Ready() != nil {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(200 * time.Microsecond):
+		}
+	}
 	fmt.Println(readyLine)
-	return w.Run(ctx)
+	return <-done
 }
 
 // baselineChild runs the baseline: an asynq server configured like the
@@ -170,8 +183,9 @@ func workerChild(args []string) error {
 // a fresh temporary directory, and stores a minimal record.
 func baselineChild(args []string) error {
 	c := newChildFlags(ChildArgBaseline)
-	var cpuprofile string
+	var cpuprofile, durable string
 	c.fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the server here")
+	c.fs.StringVar(&durable, "durable", "", "write each task's result (spec output.result) to this directory: temp file, fsync, rename, fsync of the directory")
 	rdb, err := c.parse(args)
 	if err != nil {
 		return err
@@ -196,7 +210,7 @@ func baselineChild(args []string) error {
 		LogLevel:                 asynq.WarnLevel,
 	})
 	mux := asynq.NewServeMux()
-	mux.HandleFunc(tasks.TypeRun, baselineHandler(c.root, events.NewStream(rdb, "")))
+	mux.HandleFunc(tasks.TypeRun, baselineHandler(c.root, durable, events.NewStream(rdb, "")))
 	if err := srv.Start(mux); err != nil {
 		return err
 	}
@@ -227,12 +241,12 @@ type baselineRecord struct {
 // written, so that one client's Wait, which blocks on the events stream,
 // serves both: the comparison is of the servers, not of how a client
 // learns that a task is done.
-func baselineHandler(root string, ev *events.Stream) asynq.HandlerFunc {
+func baselineHandler(root, durable string, ev *events.Stream) asynq.HandlerFunc {
 	return func(ctx context.Context, t *asynq.Task) error {
 		rec := baselineRecord{StartedAt: time.Now().UTC(), State: "completed", Verdict: "ok", Attempt: 1}
 		rec.TaskID, _ = asynq.GetTaskID(ctx)
 		rec.Queue, _ = asynq.GetQueueName(ctx)
-		err := baselineRun(ctx, root, t.Payload(), &rec)
+		err := baselineRun(ctx, root, durable, t.Payload(), &rec)
 		if err != nil {
 			rec.State, rec.Verdict, rec.Error = "failed", "exit", err.Error()
 		}
@@ -250,7 +264,7 @@ func baselineHandler(root string, ev *events.Stream) asynq.HandlerFunc {
 	}
 }
 
-func baselineRun(ctx context.Context, root string, payload []byte, rec *baselineRecord) error {
+func baselineRun(ctx context.Context, root, durable string, payload []byte, rec *baselineRecord) error {
 	var spec tasks.Spec
 	if err := json.Unmarshal(payload, &spec); err != nil {
 		return err
@@ -284,7 +298,44 @@ func baselineRun(ctx context.Context, root string, payload []byte, rec *baseline
 			return fmt.Errorf("step %v: %w (stderr %q)", st.Run, err, stderr.String())
 		}
 	}
+	if durable != "" && spec.Output != nil && spec.Output.Result != "" {
+		b, err := os.ReadFile(filepath.Join(dir, spec.Output.Result))
+		if err != nil {
+			return err
+		}
+		return writeDurably(durable, rec.TaskID+".json", b)
+	}
 	return nil
+}
+
+// writeDurably is what a careful hand-written worker does to keep a
+// result: write a temp file, fsync it, rename it to its name, fsync the
+// directory.
+func writeDurably(dir, name string, b []byte) error {
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(dir, name))
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // child is a server process started by the harness.

@@ -41,7 +41,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&opt.RSSTasks, "rss-tasks", 0, "tasks of the RSS run (default n²/10: 100000 at the full n)")
 	var fetchMB int
 	fs.IntVar(&fetchMB, "fetch-mb", DefaultFetchBytes>>20, "size of the fetch section's download, MiB")
-	fs.StringVar(&opt.CPUProfile, "cpuprofile", "", "also profile a worker on the trivial workload and write its CPU profile here")
+	fs.StringVar(&opt.CPUProfile, "cpuprofile", "", "also profile a worker and a baseline server on the trivial and script workloads: the worker's CPU profile here, the others next to it (FILE.baseline, FILE.script, FILE.script.durable)")
 	fs.StringVar(&opt.WorkerLogLevel, "worker-log-level", "info", "log level of the Airlock workers (info, as deployed)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of tables")
 	fs.StringVar(&jsonOut, "o", "", "also write the report as JSON to this file")

@@ -62,16 +62,36 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "\nThroughput, tasks/s (each run: a fresh server process, a pre-filled queue, TaskCheckInterval %s)\n", TaskCheckInterval)
 		fmt.Fprintln(&b, "CPU ms/task: median CPU time of the server's process tree (server, helpers, steps; not Redis) per task")
 		t := tw()
-		fmt.Fprintln(t, "workload\tconc\ttasks\tbaseline\tairlock\tairlock/baseline\tCPU ms/task: baseline\tairlock\t")
+		durable := false
+		for _, row := range r.Throughput {
+			durable = durable || row.Durable != nil
+		}
+		if durable {
+			fmt.Fprintln(t, "workload\tconc\ttasks\tbaseline\tdurable\tairlock\tairlock/baseline\tairlock/durable\tCPU ms/task: baseline\tdurable\tairlock\t")
+		} else {
+			fmt.Fprintln(t, "workload\tconc\ttasks\tbaseline\tairlock\tairlock/baseline\tCPU ms/task: baseline\tairlock\t")
+		}
 		for _, row := range r.Throughput {
 			name := row.Workload
 			if row.Note != "" {
 				name += " *"
 			}
-			fmt.Fprintf(t, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", name, row.Concurrency, row.Tasks, span(row.Baseline), span(row.Airlock), span(row.Ratio),
-				f(row.BaselineCPU.Median), f(row.AirlockCPU.Median))
+			if !durable {
+				fmt.Fprintf(t, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", name, row.Concurrency, row.Tasks, span(row.Baseline), span(row.Airlock), span(row.Ratio),
+					f(row.BaselineCPU.Median), f(row.AirlockCPU.Median))
+				continue
+			}
+			d, dr, dc := "—", "—", "—"
+			if row.Durable != nil {
+				d, dr, dc = span(*row.Durable), span(*row.DurableRatio), f(row.DurableCPU.Median)
+			}
+			fmt.Fprintf(t, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, row.Concurrency, row.Tasks, span(row.Baseline), d, span(row.Airlock),
+				span(row.Ratio), dr, f(row.BaselineCPU.Median), dc, f(row.AirlockCPU.Median))
 		}
 		t.Flush()
+		if durable {
+			fmt.Fprintln(&b, "  durable: the baseline that also writes each result to a file (temp file, fsync, rename, fsync of the directory); — where a workload has no result")
+		}
 		for _, row := range r.Throughput {
 			if row.Note != "" {
 				fmt.Fprintf(&b, "  * %s\n", row.Note)
@@ -88,6 +108,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		t.Flush()
 		fmt.Fprintln(&b, "  done = enqueue → the record's finished_at (server side); Wait blocks on the events stream, which both servers append to")
+	}
+	if len(r.Start) > 0 {
+		fmt.Fprintf(&b, "\nCold start, ms (a fresh server process, concurrency %d, one trivial task waiting in its queue; medians of %d starts per round)\n", r.Start[0].Concurrency, startRuns)
+		t := tw()
+		fmt.Fprintln(t, "system\tstart → ready\tready → first task done\t")
+		for _, row := range r.Start {
+			fmt.Fprintf(t, "%s\t%s\t%s\t\n", row.System, span(row.ReadyMS), span(row.FirstTaskMS))
+		}
+		t.Flush()
+		fmt.Fprintln(&b, "  ready = the server's ready line: the worker prints it once it serves its queues (every slot helper up); first task done = its record's finished_at")
 	}
 	if len(r.Idle) > 0 {
 		b.WriteString(idleTable(r.Idle))
@@ -136,7 +166,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	if r.Profile != "" {
-		fmt.Fprintf(&b, "\nCPU profiles (trivial workload): worker %s, baseline %s.baseline (go tool pprof -top FILE)\n", r.Profile, r.Profile)
+		fmt.Fprintf(&b, "\nCPU profiles (go tool pprof -top FILE): trivial workload: worker %s, baseline %s.baseline; script workload: worker %s.script, durable baseline %s.script.durable\n", r.Profile, r.Profile, r.Profile, r.Profile)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)

@@ -243,6 +243,13 @@ func (h *harness) startServer(ctx context.Context, sys string, conc int, q strin
 	if sys == systemAirlock {
 		root += "/root" // created by the worker's tmpfs.Manager
 	}
+	if sys == systemDurable {
+		store, err := h.dir("results")
+		if err != nil {
+			return nil, "", err
+		}
+		extra = append(extra, "-durable", store)
+	}
 	srv, err := h.startChild(ctx, sys, conc, q, root, extra...)
 	return srv, root, err
 }
@@ -402,27 +409,45 @@ func (h *harness) rss(ctx context.Context, sys string, conc int) (RSSRow, error)
 	return row, nil
 }
 
-// profile runs the trivial workload through Airlock's worker with a CPU
-// profile.
+// profile runs each workload but the CPU-bound one through Airlock's
+// worker and its baseline (the durable one for a workload with a result)
+// with a CPU profile: FILE and FILE.baseline for the trivial workload,
+// FILE.<workload> and FILE.<workload>.<baseline> for the others.
 func (h *harness) profile(ctx context.Context) error {
 	conc := 0
 	for _, c := range h.opt.Concurrency {
 		conc = max(conc, c)
 	}
-	wl := workload{name: "trivial", spec: trivialSpec}
-	n := max(h.sz.Throughput, 2000)
-	for _, sys := range []string{systemBaseline, systemAirlock} {
-		file := h.opt.CPUProfile
-		if sys == systemBaseline {
-			file += ".baseline"
+	for _, wl := range h.workloads() {
+		if wl.cpu {
+			continue
 		}
-		v, err := h.timedRun(ctx, sys, wl, conc, h.queue("profile-"+sys), n, []string{"-cpuprofile", file})
-		if err != nil {
-			return err
+		n := max(h.sz.Throughput, 2000)
+		base := systemBaseline
+		if wl.result {
+			base = systemDurable
 		}
-		h.logf("  profiled %s run: %.1f tasks/s, %.2f ms CPU/task (%d tasks, c=%d); CPU profile in %s", sys, v.perSec, v.cpuMS, n, conc, file)
+		for _, sys := range []string{base, systemAirlock} {
+			file := profileFile(h.opt.CPUProfile, wl.name, sys)
+			v, err := h.timedRun(ctx, sys, wl, conc, h.queue("profile-"+wl.name+"-"+sys), n, []string{"-cpuprofile", file})
+			if err != nil {
+				return err
+			}
+			h.logf("  profiled %s %s run: %.1f tasks/s, %.2f ms CPU/task (%d tasks, c=%d); CPU profile in %s", sys, wl.name, v.perSec, v.cpuMS, n, conc, file)
+		}
 	}
 	return nil
+}
+
+// profileFile names the CPU profile of a system's run of a workload.
+func profileFile(base, wl, sys string) string {
+	if wl != "trivial" {
+		base += "." + wl
+	}
+	if sys != systemAirlock {
+		base += "." + sys
+	}
+	return base
 }
 
 // throughputAcc gathers throughput samples by workload, concurrency and
@@ -460,16 +485,23 @@ func (a *throughputAcc) add(wl workload, conc int, sys string, v result) {
 
 func (a *throughputAcc) rows(h *harness) []ThroughputRow {
 	var out []ThroughputRow
+	ratios := func(num, den []float64) []float64 {
+		var out []float64
+		for i := range min(len(num), len(den)) {
+			out = append(out, num[i]/den[i])
+		}
+		return out
+	}
 	for _, k := range a.keys {
 		b, al := a.vals[k][systemBaseline], a.vals[k][systemAirlock]
-		var ratios []float64
-		for i := range min(len(b), len(al)) {
-			ratios = append(ratios, al[i]/b[i])
-		}
 		wl := a.wls[k]
 		row := ThroughputRow{Workload: wl.label, Concurrency: k.conc, Tasks: h.tasksFor(wl),
-			Baseline: newStat(b), Airlock: newStat(al), Ratio: newStat(ratios),
+			Baseline: newStat(b), Airlock: newStat(al), Ratio: newStat(ratios(al, b)),
 			BaselineCPU: newStat(a.cpu[k][systemBaseline]), AirlockCPU: newStat(a.cpu[k][systemAirlock])}
+		if d := a.vals[k][systemDurable]; len(d) > 0 {
+			ds, dr, dc := newStat(d), newStat(ratios(al, d)), newStat(a.cpu[k][systemDurable])
+			row.Durable, row.DurableRatio, row.DurableCPU = &ds, &dr, &dc
+		}
 		if wl.name == "script" && !outputSupport {
 			row.Note = "no output contract: not validated, not promoted"
 		}

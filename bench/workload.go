@@ -20,7 +20,10 @@ type workload struct {
 	name  string
 	label string
 	cpu   bool // CPU-bound: fewer tasks per run
-	spec  func(queue, runID string) *tasks.Spec
+	// result: its tasks write a result, which Airlock validates and
+	// publishes and the durable baseline writes to a file.
+	result bool
+	spec   func(queue, runID string) *tasks.Spec
 }
 
 func (h *harness) workloads() []workload {
@@ -32,7 +35,7 @@ func (h *harness) workloads() []workload {
 	}
 	all := []workload{
 		{name: "trivial", label: "trivial: /bin/true", spec: trivialSpec},
-		{name: "script", label: script, spec: scriptSpec},
+		{name: "script", label: script, spec: scriptSpec, result: outputSupport},
 		{name: "cpu", label: fmt.Sprintf("CPU-bound: ~50 ms sh loop (%d iterations)", h.cpuN), cpu: true,
 			spec: func(q, id string) *tasks.Spec { return cpuSpec(q, id, h.cpuN) }},
 	}

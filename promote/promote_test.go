@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
@@ -261,5 +263,118 @@ func tamper(t *testing.T, b *bundle, id, name string, data []byte) {
 	got, err := b.store.Data(context.Background(), id, name)
 	if err != nil || string(got) != string(data) {
 		t.Fatalf("tamper did not take: %q %v", got, err)
+	}
+}
+
+// TestPromoteParked publishes an approval from what its parker holds, as
+// Promote publishes it from the store, and refuses bytes that are not the
+// approved ones.
+func TestPromoteParked(t *testing.T) {
+	ctx := context.Background()
+	b := setup(t)
+	result := []byte(`{"total": 7}`)
+	data := map[string][]byte{"out/a.csv": []byte("x\n1\n")}
+	park := func(id string) *approve.Approval {
+		a := &approve.Approval{ID: id, TaskID: "task-" + id, RunID: "run-" + id, State: approve.StateAccepted,
+			DecidedBy: "policy:test", Result: result, ResultSHA256: sum(result),
+			Artifacts: []record.Artifact{{Name: "out/a.csv", Bytes: int64(len(data["out/a.csv"])), SHA256: sum(data["out/a.csv"]), ContentType: "text/csv"}}}
+		stored, created, err := b.store.Park(ctx, a, data)
+		if err != nil || !created {
+			t.Fatalf("Park = created %v, %v", created, err)
+		}
+		return stored
+	}
+	stored := park("ap-parked")
+	m, published, err := b.promoter.PromoteParked(ctx, stored, data)
+	if err != nil || !published {
+		t.Fatalf("PromoteParked = published %v, %v", published, err)
+	}
+	got := publishedFiles(t, b.sink.Where(m.RunID, m.TaskID))
+	want := map[string][]byte{"out/a.csv": data["out/a.csv"], promote.ResultName: result}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("published files (-want +got):\n%s", diff)
+	}
+	a, err := b.store.Get(ctx, "ap-parked")
+	if err != nil || a.PromotedAt.IsZero() {
+		t.Fatalf("approval after PromoteParked: promoted at %v, %v", a.PromotedAt, err)
+	}
+
+	other := park("ap-parked-tampered")
+	_, _, err = b.promoter.PromoteParked(ctx, other, map[string][]byte{"out/a.csv": []byte("y\n2\n")})
+	if !errors.Is(err, promote.ErrRefused) {
+		t.Fatalf("PromoteParked with other bytes = %v, want ErrRefused", err)
+	}
+}
+
+// publishedFiles reads the files of one publication but its manifest.
+func publishedFiles(t *testing.T, where string) map[string][]byte {
+	t.Helper()
+	got := map[string][]byte{}
+	err := filepath.WalkDir(where, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(where, p)
+		if rel == "manifest.json" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		got[rel] = b
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestFSPublishManyFiles: a publication with more files than are held
+// open at once (they are fsynced and closed by batches) is whole.
+func TestFSPublishManyFiles(t *testing.T) {
+	sink := &promote.FS{Dir: t.TempDir()}
+	files := map[string][]byte{}
+	for i := range 150 {
+		files[filepath.Join("out", "d"+strconv.Itoa(i%3), "f"+strconv.Itoa(i)+".txt")] = []byte(strconv.Itoa(i))
+	}
+	m := &promote.Manifest{RunID: "run-many", TaskID: "task-many", ApprovalID: "ap-many", Artifacts: []record.Artifact{}}
+	published, err := sink.Publish(context.Background(), m, files)
+	if err != nil || !published {
+		t.Fatalf("Publish = %v, %v", published, err)
+	}
+	got := publishedFiles(t, sink.Where(m.RunID, m.TaskID))
+	if diff := cmp.Diff(files, got); diff != "" {
+		t.Errorf("published files (-want +got):\n%s", diff)
+	}
+	staging, err := os.ReadDir(filepath.Join(sink.Dir, ".staging"))
+	if err != nil || len(staging) != 0 {
+		t.Errorf("staging directory after a publication: %v, %v", staging, err)
+	}
+}
+
+// TestFSSweepsStaleStaging: a publication removes staging directories
+// that crashed tries left over an hour ago, of any approval, and leaves
+// recent ones (a publication in flight) alone.
+func TestFSSweepsStaleStaging(t *testing.T) {
+	sink := &promote.FS{Dir: t.TempDir()}
+	root := filepath.Join(sink.Dir, ".staging")
+	old, recent := filepath.Join(root, "ap-crashed+123"), filepath.Join(root, "ap-inflight+456")
+	for _, d := range []string{old, recent} {
+		if err := os.MkdirAll(filepath.Join(d, "out"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	past := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(old, past, past); err != nil {
+		t.Fatal(err)
+	}
+	m := &promote.Manifest{RunID: "run-s", TaskID: "task-s", ApprovalID: "ap-s", Artifacts: []record.Artifact{}}
+	if _, err := sink.Publish(context.Background(), m, map[string][]byte{"out/x": []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("a staging directory two hours old survived: %v", err)
+	}
+	if _, err := os.Stat(recent); err != nil {
+		t.Errorf("a recent staging directory was removed: %v", err)
 	}
 }

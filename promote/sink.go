@@ -67,14 +67,16 @@ var ErrConflict = errors.New("run already published from another approval")
 // publish, side by side; a task that reuses another's run_id can neither
 // block nor overwrite its publication.
 //
-// Every file is written to a temp file, fsynced and renamed inside a
-// staging directory, whose directory is fsynced; the manifest is written
-// last; then one rename(2) moves the staging directory to its place and
-// the run's directory is fsynced. Each call stages in a directory of its
+// Every file is written into a staging directory of the call's own, the
+// manifest last, then each file is fsynced, then each directory of the
+// staging tree; then one rename(2) moves the staging directory to its
+// place and the run's directory is fsynced (and the store directory
+// before it, when the run's directory is new: an fsync that concurrent
+// publications share, see groupSync). Each call stages in a directory of its
 // own, so that two workers publishing one approval at once cannot mix
 // their files: the first rename wins, whole, and the other finds it. A
-// crash leaves at most a staging directory, which a later Publish of that
-// approval removes once it is an hour old: readers never see a partial
+// crash leaves at most a staging directory, which a later Publish removes
+// once it is an hour old (one looks every ten minutes): readers never see a partial
 // publication, and a retried promotion never a second one.
 //
 // The store is the worker's: directories are created 0700 and files 0600,
@@ -85,8 +87,12 @@ type FS struct {
 	Dir       string
 	ReadGroup int // gid allowed to read the store; 0: none
 
-	once    sync.Once
-	rootErr error
+	once     sync.Once
+	rootErr  error
+	rootSync groupSync // fsyncs of Dir, shared by concurrent publications
+
+	sweepMu   sync.Mutex
+	lastSweep time.Time // of the staging directory
 }
 
 // Where returns <dir>/<run_id>/<task_id>.
@@ -132,9 +138,17 @@ func (s *FS) root() error {
 			s.rootErr = err
 			return
 		}
-		s.rootErr = s.own(s.Dir, s.dirMode())
+		if s.rootErr = s.own(s.Dir, s.dirMode()); s.rootErr == nil {
+			s.rootErr = s.mkdir(filepath.Join(s.Dir, ".staging"))
+		}
 	})
 	return s.rootErr
+}
+
+// syncRoot fsyncs the store directory, sharing the fsync with concurrent
+// publications (groupSync).
+func (s *FS) syncRoot() error {
+	return s.rootSync.sync(s.Dir)
 }
 
 // Publish implements Sink.
@@ -142,6 +156,14 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 	for _, id := range []struct{ field, v string }{{"run_id", m.RunID}, {"task_id", m.TaskID}, {"approval_id", m.ApprovalID}} {
 		if err := tasks.CheckPath(id.field, id.v); err != nil || strings.Contains(id.v, "/") || strings.HasPrefix(id.v, ".") {
 			return false, fmt.Errorf("promote: %s %q cannot name a directory", id.field, id.v)
+		}
+	}
+	for name := range files {
+		if name == "manifest.json" {
+			return false, fmt.Errorf("promote: an artifact may not be named manifest.json")
+		}
+		if err := tasks.CheckPath("artifact", name); err != nil {
+			return false, err
 		}
 	}
 	if err := s.root(); err != nil {
@@ -152,11 +174,7 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 	if done, err := s.already(final, m.ApprovalID); done || err != nil {
 		return false, err
 	}
-	stagingRoot := filepath.Join(s.Dir, ".staging")
-	if err := s.mkdir(stagingRoot); err != nil {
-		return false, err
-	}
-	staging, err := s.stage(stagingRoot, m.ApprovalID)
+	staging, err := s.stage(filepath.Join(s.Dir, ".staging"), m.ApprovalID)
 	if err != nil {
 		return false, err
 	}
@@ -166,25 +184,64 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 			os.RemoveAll(staging) // a failed or lost try leaves nothing behind
 		}
 	}()
-	for name, data := range files {
-		if err := ctx.Err(); err != nil {
-			return false, err
-		}
-		if name == "manifest.json" {
-			return false, fmt.Errorf("promote: an artifact may not be named manifest.json")
-		}
-		if err := tasks.CheckPath("artifact", name); err != nil {
-			return false, err
-		}
-		if err := s.writeFileSync(staging, filepath.Join(staging, name), data); err != nil {
-			return false, err
-		}
-	}
+	// The staging directory is this call's alone: files are written at
+	// their names, all of them, then each is fsynced, then each directory
+	// of the tree, so that the journal commits that the first fsync
+	// starts carry the others' metadata too.
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return false, err
 	}
-	if err := s.writeFileSync(staging, filepath.Join(staging, "manifest.json"), append(mb, '\n')); err != nil {
+	// At most maxOpen files are held open: beyond, they are fsynced and
+	// closed by batches.
+	const maxOpen = 64
+	written := make([]*os.File, 0, min(len(files)+1, maxOpen))
+	defer func() {
+		for _, f := range written {
+			f.Close()
+		}
+	}()
+	flush := func() error {
+		for _, f := range written {
+			if err := f.Sync(); err != nil {
+				return err
+			}
+		}
+		var cerr error
+		for _, f := range written {
+			if err := f.Close(); err != nil && cerr == nil {
+				cerr = err
+			}
+		}
+		written = written[:0]
+		return cerr
+	}
+	write := func(name string, data []byte) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if len(written) == maxOpen {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		f, err := s.create(staging, filepath.Join(staging, name))
+		if err != nil {
+			return err
+		}
+		written = append(written, f)
+		_, err = f.Write(data)
+		return err
+	}
+	for name, data := range files {
+		if err := write(name, data); err != nil {
+			return false, err
+		}
+	}
+	if err := write("manifest.json", append(mb, '\n')); err != nil { // last
+		return false, err
+	}
+	if err := flush(); err != nil {
 		return false, err
 	}
 	if err := syncTree(staging); err != nil {
@@ -194,9 +251,13 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 		if err := s.mkdir(runDir); err != nil {
 			return false, err
 		}
-		if err := syncDir(s.Dir); err != nil {
-			return false, err
-		}
+	}
+	// Also when the run's directory exists: another publication (of this
+	// worker or another) may have made it and not yet fsynced the store
+	// directory. An fsync of a directory with nothing new is cheap, and
+	// concurrent ones are shared.
+	if err := s.syncRoot(); err != nil {
+		return false, err
 	}
 	if err := os.Rename(staging, final); err != nil {
 		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, fs.ErrExist) {
@@ -217,25 +278,56 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 
 // staleStaging is the age past which a staging directory is a crashed
 // try's: a promotion takes seconds (its task times out after 10 minutes).
-const staleStaging = time.Hour
+// A publication looks for them every stagingSweepEvery.
+const (
+	staleStaging      = time.Hour
+	stagingSweepEvery = 10 * time.Minute
+)
+
+// sweepDue reports whether this publication should look for crashed
+// tries' staging directories (the first one of the process, then one
+// every stagingSweepEvery), and notes that it does.
+func (s *FS) sweepDue() bool {
+	s.sweepMu.Lock()
+	defer s.sweepMu.Unlock()
+	if !s.lastSweep.IsZero() && time.Since(s.lastSweep) < stagingSweepEvery {
+		return false
+	}
+	s.lastSweep = time.Now()
+	return true
+}
+
+// sweepStaging removes the staging directories below root older than
+// staleStaging: crashed tries'.
+func (s *FS) sweepStaging(root string) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > staleStaging {
+			os.RemoveAll(filepath.Join(root, e.Name()))
+		}
+	}
+}
 
 // stage makes a staging directory of this call's own for approval id,
 // <root>/<id>+<random>: two workers that publish one approval at once (a
 // run's inline promotion and the promote task a sweeper queued for it)
-// never write into, or remove, each other's files. The approval's staging
-// directories older than staleStaging, left by crashed tries, are removed.
+// never write into, or remove, each other's files. Staging directories
+// older than staleStaging, left by crashed tries, are removed when a
+// sweep is due.
 func (s *FS) stage(root, id string) (string, error) {
-	if ents, err := os.ReadDir(root); err == nil {
-		for _, e := range ents {
-			if e.Name() != id && !strings.HasPrefix(e.Name(), id+"+") {
-				continue
-			}
-			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > staleStaging {
-				os.RemoveAll(filepath.Join(root, e.Name()))
-			}
-		}
+	if s.sweepDue() {
+		s.sweepStaging(root)
 	}
 	dir, err := os.MkdirTemp(root, id+"+")
+	if errors.Is(err, fs.ErrNotExist) {
+		// The first publication (or the staging root was removed).
+		if err = s.mkdir(root); err == nil {
+			dir, err = os.MkdirTemp(root, id+"+")
+		}
+	}
 	if err != nil {
 		return "", err
 	}
@@ -269,40 +361,26 @@ func (s *FS) already(final, approvalID string) (bool, error) {
 	return true, nil
 }
 
-// writeFileSync writes path, below staging, through a temp file: write,
-// fsync, rename, fsync the directory. Directories it creates on the way
-// get the store's mode.
-func (s *FS) writeFileSync(staging, path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := s.mkdirAll(staging, dir); err != nil {
-		return err
+// create creates the file path, below staging (where no other call
+// writes), with the store's mode and group; directories it makes on the
+// way get the store's mode. The caller writes, fsyncs and closes it.
+func (s *FS) create(staging, path string) (*os.File, error) {
+	if err := s.mkdirAll(staging, filepath.Dir(path)); err != nil {
+		return nil, err
 	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) // O_EXCL: never through a symlink
 	if err != nil {
-		return err
+		return nil, err
 	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(s.fileMode())
-	}
+	err = f.Chmod(s.fileMode())
 	if err == nil && s.ReadGroup > 0 {
 		err = f.Chown(-1, s.ReadGroup)
 	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
 	if err != nil {
-		os.Remove(tmp)
-		return err
+		f.Close()
+		return nil, err
 	}
-	return syncDir(dir)
+	return f, nil
 }
 
 // mkdirAll creates dir and its parents up to base (which exists).

@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"strings"
+	"sync"
 )
 
 // strictDecode decodes data into v (a pointer to a struct) and fails on the
@@ -14,7 +15,33 @@ import (
 // JSON path ("steps[1].timeout").
 func strictDecode(data []byte, v any) error {
 	// Syntax and trailing data first: walk would report both as "want a
-	// JSON object", and Decoder.More misses a trailing '}' or ']'.
+	// JSON object", and Decoder.More misses a trailing '}' or ']'. A valid
+	// document is checked in one scan; the decoder below names the error
+	// of an invalid one.
+	raw := json.RawMessage(data)
+	if !json.Valid(data) {
+		return syntaxError(data)
+	}
+	// Keys first, case-sensitively (encoding/json matches field names
+	// without case); values are checked one by one only when the decode
+	// fails, to name the bad one: the worker's hot path decodes once.
+	t := reflect.TypeOf(v).Elem()
+	if err := walk(raw, t, "", false); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if werr := walk(raw, t, "", true); werr != nil {
+			return werr
+		}
+		return &FieldError{Field: "spec", Msg: err.Error()}
+	}
+	return nil
+}
+
+// syntaxError names what is wrong with a document json.Valid refused.
+func syntaxError(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
@@ -26,22 +53,7 @@ func strictDecode(data []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return &FieldError{Field: "spec", Msg: "trailing data after the JSON object"}
 	}
-	// Keys first, case-sensitively (encoding/json matches field names
-	// without case); values are checked one by one only when the decode
-	// fails, to name the bad one: the worker's hot path decodes once.
-	t := reflect.TypeOf(v).Elem()
-	if err := walk(raw, t, "", false); err != nil {
-		return err
-	}
-	dec = json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if werr := walk(raw, t, "", true); werr != nil {
-			return werr
-		}
-		return &FieldError{Field: "spec", Msg: err.Error()}
-	}
-	return nil
+	return &FieldError{Field: "spec", Msg: "not a valid JSON document"}
 }
 
 var rawMessageType = reflect.TypeOf(json.RawMessage{})
@@ -57,7 +69,7 @@ func walk(raw json.RawMessage, t reflect.Type, path string, leaves bool) error {
 	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		return nil
 	}
-	if t == rawMessageType || reflect.PointerTo(t).Implements(reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()) {
+	if t == rawMessageType || reflect.PointerTo(t).Implements(unmarshalerType) {
 		if !leaves {
 			return nil
 		}
@@ -85,6 +97,9 @@ func walk(raw json.RawMessage, t reflect.Type, path string, leaves bool) error {
 		}
 		return nil
 	case reflect.Slice:
+		if !leaves && !holdsStruct(t.Elem()) {
+			return nil // no keys to check below: the decode checks the rest
+		}
 		var items []json.RawMessage
 		if err := json.Unmarshal(raw, &items); err != nil {
 			return &FieldError{Field: name, Msg: "want a JSON array"}
@@ -96,6 +111,9 @@ func walk(raw json.RawMessage, t reflect.Type, path string, leaves bool) error {
 		}
 		return nil
 	case reflect.Map:
+		if !leaves && !holdsStruct(t.Elem()) {
+			return nil
+		}
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &obj); err != nil {
 			return &FieldError{Field: name, Msg: "want a JSON object"}
@@ -143,15 +161,45 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
+// fieldsByTag caches, per struct type, its fields by JSON name.
+var fieldsByTag sync.Map // reflect.Type → map[string]reflect.StructField
+
 func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if tagName(f) == key {
-			return f, true
+	m, ok := fieldsByTag.Load(t)
+	if !ok {
+		fields := map[string]reflect.StructField{}
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			if n := tagName(f); n != "" && n != "-" {
+				fields[n] = f
+			}
+		}
+		m, _ = fieldsByTag.LoadOrStore(t, fields)
+	}
+	f, ok := m.(map[string]reflect.StructField)[key]
+	return f, ok
+}
+
+// holdsStruct reports whether a value of t may hold a struct that walk
+// decodes itself (one with JSON keys to check), through pointers, slices
+// and maps.
+func holdsStruct(t reflect.Type) bool {
+	for {
+		if t == rawMessageType || reflect.PointerTo(t).Implements(unmarshalerType) {
+			return false
+		}
+		switch t.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Map:
+			t = t.Elem()
+		case reflect.Struct:
+			return true
+		default:
+			return false
 		}
 	}
-	return reflect.StructField{}, false
 }
+
+var unmarshalerType = reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()
 
 func tags(t reflect.Type) []string {
 	var out []string

@@ -37,6 +37,10 @@ type Slot struct {
 	mu      sync.Mutex
 	current *Workspace // the workspace in use, if any
 	closed  bool
+	// clean: the workspace directory is known empty and reset, made by
+	// make or emptied by the last workspace's Remove, with no step of
+	// the slot running since; Create then need not empty it again.
+	clean bool
 }
 
 // Slot returns the workspace area of the slot name, owned by uid:gid (the
@@ -87,6 +91,7 @@ func (m *Manager) Slot(name string, uid, gid int) (*Slot, error) {
 // make creates the slot's workspace directory afresh: what was there
 // (a killed worker's, or one that could not be emptied) goes first.
 func (s *Slot) make() error {
+	s.clean = false
 	if s.m.mounted {
 		if err := unmountAt(s.dir); err != nil {
 			return err
@@ -104,12 +109,17 @@ func (s *Slot) make() error {
 		if err := unix.Mount("airlock", s.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 			return fmt.Errorf("mount tmpfs: %w", err)
 		}
+		s.clean = true
 		return nil
 	}
 	if err := unix.Chmod(s.dir, 0o700); err != nil {
 		return err
 	}
-	return unix.Lchown(s.dir, s.uid, s.gid)
+	if err := unix.Lchown(s.dir, s.uid, s.gid); err != nil {
+		return err
+	}
+	s.clean = true
+	return nil
 }
 
 // Dir returns the host path of the slot's workspace: what the slot's
@@ -140,9 +150,12 @@ func (s *Slot) Create(quota int64) (*Workspace, error) {
 		return nil, fmt.Errorf("create workspace %s: %w", s.dir, ErrBusy)
 	}
 	w := &Workspace{path: s.dir, quota: quota, uid: s.uid, gid: s.gid, mounted: s.m.mounted, slot: s}
-	if err := w.empty(); err != nil {
-		return nil, fmt.Errorf("create workspace %s: empty what an earlier task left: %w", s.dir, err)
+	if !s.clean {
+		if err := w.empty(); err != nil {
+			return nil, fmt.Errorf("create workspace %s: empty what an earlier task left: %w", s.dir, err)
+		}
 	}
+	s.clean = false // from here on a step may write in it
 	if err := w.create(); err != nil {
 		return nil, fmt.Errorf("create workspace %s: %w", s.dir, err)
 	}

@@ -437,7 +437,9 @@ func (w *Workspace) Remove() error {
 	w.removed = true
 	w.slot.mu.Lock()
 	if w.slot.current == w {
-		w.slot.current = nil
+		// Nothing of the slot runs between this task and the next one's
+		// Create: what was just emptied stays empty.
+		w.slot.current, w.slot.clean = nil, true
 	}
 	w.slot.mu.Unlock()
 	return nil

@@ -182,7 +182,7 @@ func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, 
 	}
 	// The worker's own transitions emit no run event: report emits the
 	// record's state once it is stored.
-	stored, _, err := w.quiet.Park(ctx, a, c.artifacts.Data)
+	stored, created, err := w.quiet.Park(ctx, a, c.artifacts.Data)
 	if errors.Is(err, approve.ErrTooLarge) {
 		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictOutput, "output.artifacts: "+err.Error()
 		return outcome{}
@@ -203,7 +203,12 @@ func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, 
 		rec.State, rec.PublishedTo = record.StatePromoted, w.cfg.Sink.Where(rec.RunID, rec.TaskID)
 		return outcome{} // an earlier attempt published it
 	}
-	_, _, err = w.inline.Promote(ctx, stored.ID)
+	if created {
+		// Just parked, from what this attempt holds: no need to read it back.
+		_, _, err = w.inline.PromoteParked(ctx, stored, c.artifacts.Data)
+	} else {
+		_, _, err = w.inline.Promote(ctx, stored.ID)
+	}
 	switch {
 	case errors.Is(err, promote.ErrRefused):
 		w.log.Error().Err(err).Str("approval_id", stored.ID).Msg("promotion refused")

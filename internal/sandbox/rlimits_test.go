@@ -94,3 +94,42 @@ func TestRlimits(t *testing.T) {
 		}
 	}
 }
+
+// TestBaselineCheck: the helper's check sees a changed rlimit, through
+// its one-read fast path and the detailed comparison after it.
+func TestBaselineCheck(t *testing.T) {
+	b, err := takeBaseline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.limitsFD < 0 {
+		t.Fatal("/proc/self/limits could not be read: the fast path is off")
+	}
+	t.Cleanup(func() { unix.Close(b.limitsFD) })
+	if what := b.check(); what != "" {
+		t.Fatalf("check with nothing changed = %q", what)
+	}
+	var old unix.Rlimit
+	if err := unix.Prlimit(0, unix.RLIMIT_CORE, nil, &old); err != nil {
+		t.Fatal(err)
+	}
+	lower := unix.Rlimit{Cur: 0, Max: old.Max}
+	if old.Cur == 0 {
+		lower.Cur = min(1, old.Max)
+		if lower.Cur == old.Cur {
+			t.Skip("RLIMIT_CORE cannot be changed here")
+		}
+	}
+	if err := unix.Prlimit(0, unix.RLIMIT_CORE, &lower, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Prlimit(0, unix.RLIMIT_CORE, &old, nil) })
+	if b.rlimitsUnchanged() {
+		t.Error("the fast path says unchanged after RLIMIT_CORE changed")
+	}
+	if what := b.check(); what == "" {
+		t.Error("check after RLIMIT_CORE changed = \"\", want the change named")
+	} else {
+		t.Log(what)
+	}
+}
