@@ -167,10 +167,10 @@ func (s *Store) runEventOp(ctx context.Context, p redis.Pipeliner, a *Approval, 
 		Verdict: record.VerdictOK, ApprovalID: a.ID, Time: e.At})
 }
 
-// after updates the indexes to match a (when not nil) and appends e (when
-// not nil) to the global audit stream, in one round trip.
-func (s *Store) after(ctx context.Context, a *Approval, e *Event) error {
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+// afterOps are the index updates that match a (when not nil) and the
+// append of e (when not nil) to the global audit stream.
+func (s *Store) afterOps(a *Approval, e *Event) Ops {
+	return func(ctx context.Context, p redis.Pipeliner) {
 		if a != nil {
 			s.indexOps(ctx, p, a)
 		}
@@ -178,10 +178,23 @@ func (s *Store) after(ctx context.Context, a *Approval, e *Event) error {
 			s.auditOp(ctx, p, a.ID, *e)
 			s.runEventOp(ctx, p, a, *e)
 		}
+	}
+}
+
+// after updates the indexes to match a (when not nil) and appends e (when
+// not nil) to the global audit stream, in one round trip.
+func (s *Store) after(ctx context.Context, a *Approval, e *Event) error {
+	return s.send(ctx, a.ID, s.afterOps(a, e))
+}
+
+// send runs ops in one round trip.
+func (s *Store) send(ctx context.Context, id string, ops Ops) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		ops(ctx, p)
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("approve: %s: the transition is stored but updating the indexes failed: %w", a.ID, err)
+		return fmt.Errorf("approve: %s: the transition is stored but updating the indexes failed: %w", id, err)
 	}
 	return nil
 }

@@ -272,31 +272,55 @@ func joinErr(e *DecidedError, err error) error {
 // index, drops its staged bytes and appends a "promoted" audit event. It is
 // idempotent: an approval promoted already is left as it is.
 func (s *Store) MarkPromoted(ctx context.Context, id string, at time.Time, where string) error {
-	if err := checkID(id); err != nil {
+	ops, err := s.MarkPromotedOps(ctx, id, at, where)
+	if err != nil {
 		return err
+	}
+	return s.send(ctx, id, ops)
+}
+
+// Ops are index and audit updates that a transition left for its caller
+// to send, in a pipeline of the caller's own.
+type Ops func(ctx context.Context, p redis.Pipeliner)
+
+// MarkPromotedOps is MarkPromoted without the round trip of the index and
+// audit updates: it returns them for the caller to queue with its own
+// writes (the worker sends them with the run's record). Until they are
+// sent, the approval is promoted but still indexed as accepted and not
+// promoted: a promotion of it then only repairs the indexes (Reindex).
+func (s *Store) MarkPromotedOps(ctx context.Context, id string, at time.Time, where string) (Ops, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
 	}
 	if at.IsZero() {
 		at = s.now()
 	}
 	v, err := promoteScript.Run(ctx, s.rdb, s.Keys(id), micros(at), s.retentionMS(), "0", where).Result()
 	if err != nil {
-		return fmt.Errorf("approve: mark %s promoted: %w", id, err)
+		return nil, fmt.Errorf("approve: mark %s promoted: %w", id, err)
 	}
 	status, a, err := scriptReply(v)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch status {
 	case "notfound":
-		return fmt.Errorf("%w: %s", ErrNotFound, id)
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	case "notaccepted":
-		return fmt.Errorf("approval %s is %s: %w", id, a.State, ErrNotAccepted)
+		return nil, fmt.Errorf("approval %s is %s: %w", id, a.State, ErrNotAccepted)
 	case "already":
-		return s.after(ctx, a, nil)
+		return s.afterOps(a, nil), nil
 	case "ok":
-		return s.after(ctx, a, &Event{At: a.PromotedAt, From: StateAccepted, To: EventPromoted})
+		return s.afterOps(a, &Event{At: a.PromotedAt, From: StateAccepted, To: EventPromoted}), nil
 	}
-	return fmt.Errorf("approve: mark %s promoted: unexpected status %q", id, status)
+	return nil, fmt.Errorf("approve: mark %s promoted: unexpected status %q", id, status)
+}
+
+// Reindex sets the indexes of a, an approval as the store holds it, to
+// match its state: it repairs what a transition whose index updates were
+// lost (a crash, a failed round trip) left.
+func (s *Store) Reindex(ctx context.Context, a *Approval) error {
+	return s.after(ctx, a, nil)
 }
 
 // expireBatch is how many approvals ExpireDue handles per round trip.

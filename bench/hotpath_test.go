@@ -220,3 +220,48 @@ func BenchmarkSchemaCompileUncached(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSlotRunScript is the script workload's step through a slot's
+// helper: sh, which forks cat for the here-document, writing out/result.json
+// in the workspace.
+func BenchmarkSlotRunScript(b *testing.B) {
+	f := newFixture(b)
+	box, err := sandbox.NewSlot(f.slot)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer box.Close()
+	ws := f.workspace(b)
+	if _, err := ws.WriteFiles(map[string]string{"gen.sh": scriptSh}); err != nil {
+		b.Fatal(err)
+	}
+	step := sandbox.Step{Argv: []string{"sh", "gen.sh"}, Limits: limits.DefaultPolicy().Default, Timeout: 10 * time.Second}
+	ctx := context.Background()
+	for b.Loop() {
+		res, err := box.Run(ctx, step)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !res.Exited || res.ExitCode != 0 {
+			b.Fatalf("%+v", res)
+		}
+	}
+}
+
+// BenchmarkExecScript is the same script run bare, as the baseline runs it.
+func BenchmarkExecScript(b *testing.B) {
+	d := b.TempDir()
+	if err := os.Mkdir(filepath.Join(d, "out"), 0o700); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "gen.sh"), []byte(scriptSh), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		c := exec.Command("sh", "gen.sh")
+		c.Dir = d
+		if out, err := c.CombinedOutput(); err != nil {
+			b.Fatal(err, string(out))
+		}
+	}
+}

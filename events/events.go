@@ -88,8 +88,8 @@ func (s *Stream) Append(ctx context.Context, e Event) error {
 
 // AppendOp queues the append of e in a pipeline or transaction, for a
 // caller that writes the change it reports in the same round trip.
-func (s *Stream) AppendOp(ctx context.Context, p redis.Pipeliner, e Event) {
-	p.XAdd(ctx, s.args(e))
+func (s *Stream) AppendOp(ctx context.Context, p redis.Pipeliner, e Event) *redis.StringCmd {
+	return p.XAdd(ctx, s.args(e))
 }
 
 // Last returns the id of the newest entry, "0" for an empty stream: a

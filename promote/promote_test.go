@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/airlock-run/airlock/approve"
@@ -25,6 +26,8 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()...) }
 
 type bundle struct {
+	rdb      redis.UniversalClient
+	prefix   string
 	store    *approve.Store
 	sink     *promote.FS
 	promoter *promote.Promoter
@@ -41,7 +44,7 @@ func setup(t *testing.T) *bundle {
 			rdb.Del(context.Background(), keys...)
 		}
 	})
-	b := &bundle{store: approve.NewStore(rdb, approve.Options{Prefix: prefix}), dir: t.TempDir()}
+	b := &bundle{rdb: rdb, prefix: prefix, store: approve.NewStore(rdb, approve.Options{Prefix: prefix}), dir: t.TempDir()}
 	b.sink = &promote.FS{Dir: b.dir}
 	b.promoter = &promote.Promoter{Store: b.store, Sink: b.sink, Worker: "test"}
 	return b
@@ -376,5 +379,72 @@ func TestFSSweepsStaleStaging(t *testing.T) {
 	}
 	if _, err := os.Stat(recent); err != nil {
 		t.Errorf("a recent staging directory was removed: %v", err)
+	}
+}
+
+// unpromoted reports whether the store's accepted-not-promoted index
+// lists id, as Redis holds it (ListAccepted would drop a stale entry).
+func (b *bundle) unpromoted(t *testing.T, id string) bool {
+	t.Helper()
+	err := b.rdb.ZScore(context.Background(), b.prefix+"approvals:unpromoted", id).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// TestPromoteParkedOps: the index and audit updates of an inline
+// promotion are the caller's to send; until they are, the approval is
+// promoted but indexed as not; once sent, it is indexed as promoted.
+func TestPromoteParkedOps(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.parkAccepted(t, "ap-ops")
+	a, err := b.store.Get(ctx, "ap-ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := map[string][]byte{}
+	for _, art := range a.Artifacts {
+		if data[art.Name], err = b.store.Data(ctx, a.ID, art.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, pub, ops, err := b.promoter.PromoteParkedOps(ctx, a, data)
+	if err != nil || !pub || ops == nil {
+		t.Fatalf("PromoteParkedOps: published=%v ops=%v err=%v", pub, ops != nil, err)
+	}
+	if got, _ := b.store.Get(ctx, "ap-ops"); got == nil || got.PromotedAt.IsZero() {
+		t.Fatalf("not marked promoted: %+v", got)
+	}
+	if !b.unpromoted(t, "ap-ops") {
+		t.Fatal("the index changed before the caller sent the updates")
+	}
+	if _, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { ops(ctx, p); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if b.unpromoted(t, "ap-ops") {
+		t.Error("still indexed as not promoted once the updates were sent")
+	}
+}
+
+// TestPromoteRepairsLostIndexes: a promotion whose index updates were
+// lost (a worker that died before its record) is repaired by the next
+// promotion of it, which publishes nothing.
+func TestPromoteRepairsLostIndexes(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.parkAccepted(t, "ap-lost")
+	if _, err := b.store.MarkPromotedOps(ctx, "ap-lost", time.Time{}, "somewhere"); err != nil {
+		t.Fatal(err)
+	}
+	if !b.unpromoted(t, "ap-lost") {
+		t.Fatal("the index changed without the updates")
+	}
+	if _, pub, err := b.promoter.Promote(ctx, "ap-lost"); err != nil || pub {
+		t.Fatalf("promote: published=%v err=%v", pub, err)
+	}
+	if b.unpromoted(t, "ap-lost") {
+		t.Error("the promotion did not repair the index")
 	}
 }

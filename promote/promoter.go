@@ -36,7 +36,8 @@ func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, b
 	if err != nil {
 		return nil, false, err
 	}
-	return p.publish(ctx, a, func(name string) ([]byte, error) { return p.Store.Data(ctx, a.ID, name) })
+	m, published, _, err := p.publish(ctx, a, func(name string) ([]byte, error) { return p.Store.Data(ctx, a.ID, name) }, false)
+	return m, published, err
 }
 
 // PromoteParked is Promote for an approval the caller has just parked
@@ -44,20 +45,35 @@ func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, b
 // data it staged: what the store holds is what the caller holds, so it is
 // not read back. The digests are checked all the same.
 func (p *Promoter) PromoteParked(ctx context.Context, a *approve.Approval, data map[string][]byte) (*Manifest, bool, error) {
-	return p.publish(ctx, a, func(name string) ([]byte, error) {
+	m, published, _, err := p.publish(ctx, a, parked(data), false)
+	return m, published, err
+}
+
+// PromoteParkedOps is PromoteParked that leaves the approval's index and
+// audit updates to the caller, who sends ops in a round trip of its own
+// (approve.Store.MarkPromotedOps); ops is nil when there is nothing to
+// send.
+func (p *Promoter) PromoteParkedOps(ctx context.Context, a *approve.Approval, data map[string][]byte) (m *Manifest, published bool, ops approve.Ops, err error) {
+	return p.publish(ctx, a, parked(data), true)
+}
+
+// parked reads an artifact's bytes from what its caller parked.
+func parked(data map[string][]byte) func(name string) ([]byte, error) {
+	return func(name string) ([]byte, error) {
 		b, ok := data[name]
 		if !ok {
 			return nil, fmt.Errorf("%w: %s", approve.ErrNotFound, name)
 		}
 		return b, nil
-	})
+	}
 }
 
 // publish publishes a, an approval as the store holds it, reading each
-// artifact's staged bytes with data.
-func (p *Promoter) publish(ctx context.Context, a *approve.Approval, data func(name string) ([]byte, error)) (*Manifest, bool, error) {
+// artifact's staged bytes with data. With deferOps, the index and audit
+// updates of marking it promoted are returned instead of sent.
+func (p *Promoter) publish(ctx context.Context, a *approve.Approval, data func(name string) ([]byte, error), deferOps bool) (*Manifest, bool, approve.Ops, error) {
 	if a.State != approve.StateAccepted {
-		return nil, false, fmt.Errorf("%w: approval %s is %s, not accepted", ErrRefused, a.ID, a.State)
+		return nil, false, nil, fmt.Errorf("%w: approval %s is %s, not accepted", ErrRefused, a.ID, a.State)
 	}
 	m := &Manifest{
 		RunID: a.RunID, TaskID: a.TaskID, ApprovalID: a.ID,
@@ -65,13 +81,15 @@ func (p *Promoter) publish(ctx context.Context, a *approve.Approval, data func(n
 		Artifacts: []record.Artifact{}, Run: a.Run, PromotedBy: p.Worker,
 	}
 	if !a.PromotedAt.IsZero() {
+		// Done by an earlier try, which may have died before its index
+		// updates: set them, or a sweeper would queue it again and again.
 		m.PromotedAt = a.PromotedAt
-		return m, false, nil // done by an earlier try
+		return m, false, nil, p.Store.Reindex(ctx, a)
 	}
 	files := map[string][]byte{}
 	if len(a.Result) > 0 {
 		if sum := hexSHA(a.Result); sum != a.ResultSHA256 {
-			return nil, false, fmt.Errorf("%w: result of %s: sha256 %s, approved %s", ErrRefused, a.ID, sum, a.ResultSHA256)
+			return nil, false, nil, fmt.Errorf("%w: result of %s: sha256 %s, approved %s", ErrRefused, a.ID, sum, a.ResultSHA256)
 		}
 		files[ResultName] = a.Result
 		m.Result = &record.Artifact{Name: ResultName, Bytes: int64(len(a.Result)), SHA256: a.ResultSHA256, ContentType: "application/json"}
@@ -79,14 +97,14 @@ func (p *Promoter) publish(ctx context.Context, a *approve.Approval, data func(n
 	for _, art := range a.Artifacts {
 		data, err := data(art.Name)
 		if err != nil {
-			return nil, false, fmt.Errorf("staged %s of %s: %w", art.Name, a.ID, err)
+			return nil, false, nil, fmt.Errorf("staged %s of %s: %w", art.Name, a.ID, err)
 		}
 		if sum := hexSHA(data); sum != art.SHA256 || int64(len(data)) != art.Bytes {
-			return nil, false, fmt.Errorf("%w: staged %s of %s changed since it was approved: sha256 %s (%d bytes), approved %s (%d bytes)",
+			return nil, false, nil, fmt.Errorf("%w: staged %s of %s changed since it was approved: sha256 %s (%d bytes), approved %s (%d bytes)",
 				ErrRefused, art.Name, a.ID, sum, len(data), art.SHA256, art.Bytes)
 		}
 		if art.Name == ResultName {
-			return nil, false, fmt.Errorf("%w: artifact %s clashes with the result", ErrRefused, art.Name)
+			return nil, false, nil, fmt.Errorf("%w: artifact %s clashes with the result", ErrRefused, art.Name)
 		}
 		files[art.Name] = data
 		m.Artifacts = append(m.Artifacts, record.Artifact{Name: art.Name, Bytes: art.Bytes, SHA256: art.SHA256, ContentType: art.ContentType})
@@ -94,15 +112,23 @@ func (p *Promoter) publish(ctx context.Context, a *approve.Approval, data func(n
 	m.PromotedAt = time.Now().UTC()
 	published, err := p.Sink.Publish(ctx, m, files)
 	if errors.Is(err, ErrConflict) {
-		return nil, false, fmt.Errorf("%w: %v", ErrRefused, err)
+		return nil, false, nil, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
-	if err := p.Store.MarkPromoted(ctx, a.ID, m.PromotedAt, p.Sink.Where(m.RunID, m.TaskID)); err != nil {
-		return nil, published, err
+	where := p.Sink.Where(m.RunID, m.TaskID)
+	if deferOps {
+		ops, err := p.Store.MarkPromotedOps(ctx, a.ID, m.PromotedAt, where)
+		if err != nil {
+			return nil, published, nil, err
+		}
+		return m, published, ops, nil
 	}
-	return m, published, nil
+	if err := p.Store.MarkPromoted(ctx, a.ID, m.PromotedAt, where); err != nil {
+		return nil, published, nil, err
+	}
+	return m, published, nil, nil
 }
 
 func hexSHA(b []byte) string {

@@ -112,16 +112,26 @@ func (s *FS) fileMode() os.FileMode {
 	return 0o600
 }
 
-// mkdir creates dir (not its parents) with the store's mode and group.
-func (s *FS) mkdir(dir string) error {
-	if err := os.Mkdir(dir, s.dirMode()); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
+// mkdir creates dir (not its parents) with the store's mode and group; it
+// reports whether it created it.
+func (s *FS) mkdir(dir string) (bool, error) {
+	err := os.Mkdir(dir, s.dirMode())
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return false, err
 	}
-	return s.own(dir, s.dirMode())
+	return err == nil, s.own(dir, s.dirMode())
 }
 
-// own sets path's mode, and its group when the store has one.
+// own sets path's mode, and its group when the store has one. Without a
+// group, a path that already has the mode is left alone: on a journaling
+// filesystem each chmod is a metadata update, and a umask that strips no
+// owner bit (the usual case) leaves nothing to change.
 func (s *FS) own(path string, mode os.FileMode) error {
+	if s.ReadGroup <= 0 {
+		if fi, err := os.Lstat(path); err == nil && fi.Mode().Perm() == mode {
+			return nil
+		}
+	}
 	if err := os.Chmod(path, mode); err != nil {
 		return err
 	}
@@ -139,7 +149,7 @@ func (s *FS) root() error {
 			return
 		}
 		if s.rootErr = s.own(s.Dir, s.dirMode()); s.rootErr == nil {
-			s.rootErr = s.mkdir(filepath.Join(s.Dir, ".staging"))
+			_, s.rootErr = s.mkdir(filepath.Join(s.Dir, ".staging"))
 		}
 	})
 	return s.rootErr
@@ -174,6 +184,12 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 	if done, err := s.already(final, m.ApprovalID); done || err != nil {
 		return false, err
 	}
+	// The run's directory first, so that its entry is in the journal
+	// commit the files' fsyncs make: the store directory's fsync below
+	// then finds it written already.
+	if _, err := s.mkdir(runDir); err != nil {
+		return false, err
+	}
 	staging, err := s.stage(filepath.Join(s.Dir, ".staging"), m.ApprovalID)
 	if err != nil {
 		return false, err
@@ -185,9 +201,10 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 		}
 	}()
 	// The staging directory is this call's alone: files are written at
-	// their names, all of them, then each is fsynced, then each directory
-	// of the tree, so that the journal commits that the first fsync
-	// starts carry the others' metadata too.
+	// their names, all of them; then the writeback of each is started,
+	// then each is fsynced, then each directory of the tree, so that the
+	// journal commit that the first fsync makes carries the others' blocks
+	// and entries too, and the later fsyncs find theirs written.
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return false, err
@@ -203,6 +220,9 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 	}()
 	flush := func() error {
 		for _, f := range written {
+			startWriteback(f)
+		}
+		for _, f := range written {
 			if err := f.Sync(); err != nil {
 				return err
 			}
@@ -216,6 +236,7 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 		written = written[:0]
 		return cerr
 	}
+	dirs := []string{staging}
 	write := func(name string, data []byte) error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -225,7 +246,7 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 				return err
 			}
 		}
-		f, err := s.create(staging, filepath.Join(staging, name))
+		f, err := s.create(staging, filepath.Join(staging, name), &dirs)
 		if err != nil {
 			return err
 		}
@@ -244,18 +265,15 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 	if err := flush(); err != nil {
 		return false, err
 	}
-	if err := syncTree(staging); err != nil {
-		return false, err
-	}
-	if _, err := os.Stat(runDir); errors.Is(err, os.ErrNotExist) {
-		if err := s.mkdir(runDir); err != nil {
+	for _, d := range dirs {
+		if err := syncDir(d); err != nil {
 			return false, err
 		}
 	}
-	// Also when the run's directory exists: another publication (of this
-	// worker or another) may have made it and not yet fsynced the store
-	// directory. An fsync of a directory with nothing new is cheap, and
-	// concurrent ones are shared.
+	// Also when the run's directory existed: another publication (of
+	// this worker or another) may have made it and not yet fsynced the
+	// store directory. An fsync of a directory with nothing new is cheap,
+	// and concurrent ones are shared.
 	if err := s.syncRoot(); err != nil {
 		return false, err
 	}
@@ -324,7 +342,7 @@ func (s *FS) stage(root, id string) (string, error) {
 	dir, err := os.MkdirTemp(root, id+"+")
 	if errors.Is(err, fs.ErrNotExist) {
 		// The first publication (or the staging root was removed).
-		if err = s.mkdir(root); err == nil {
+		if _, err = s.mkdir(root); err == nil {
 			dir, err = os.MkdirTemp(root, id+"+")
 		}
 	}
@@ -363,14 +381,20 @@ func (s *FS) already(final, approvalID string) (bool, error) {
 
 // create creates the file path, below staging (where no other call
 // writes), with the store's mode and group; directories it makes on the
-// way get the store's mode. The caller writes, fsyncs and closes it.
-func (s *FS) create(staging, path string) (*os.File, error) {
-	if err := s.mkdirAll(staging, filepath.Dir(path)); err != nil {
+// way get the store's mode and are added to *dirs. The caller writes,
+// fsyncs and closes the file.
+func (s *FS) create(staging, path string, dirs *[]string) (*os.File, error) {
+	if err := s.mkdirAll(staging, filepath.Dir(path), dirs); err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) // O_EXCL: never through a symlink
 	if err != nil {
 		return nil, err
+	}
+	if s.ReadGroup <= 0 {
+		if fi, err := f.Stat(); err == nil && fi.Mode().Perm() == s.fileMode() {
+			return f, nil // the umask left the mode as it is meant to be
+		}
 	}
 	err = f.Chmod(s.fileMode())
 	if err == nil && s.ReadGroup > 0 {
@@ -383,26 +407,20 @@ func (s *FS) create(staging, path string) (*os.File, error) {
 	return f, nil
 }
 
-// mkdirAll creates dir and its parents up to base (which exists).
-func (s *FS) mkdirAll(base, dir string) error {
+// mkdirAll creates dir and its parents up to base (which exists), adding
+// those it creates to *dirs.
+func (s *FS) mkdirAll(base, dir string, dirs *[]string) error {
 	if dir == base {
 		return nil
 	}
-	if err := s.mkdirAll(base, filepath.Dir(dir)); err != nil {
+	if err := s.mkdirAll(base, filepath.Dir(dir), dirs); err != nil {
 		return err
 	}
-	return s.mkdir(dir)
-}
-
-// syncTree fsyncs every directory below root, root included, so that the
-// entries of directories MkdirAll created are durable too.
-func syncTree(root string) error {
-	return filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return err
-		}
-		return syncDir(path)
-	})
+	created, err := s.mkdir(dir)
+	if created {
+		*dirs = append(*dirs, dir)
+	}
+	return err
 }
 
 func syncDir(dir string) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/rs/zerolog"
 
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/promote"
@@ -44,6 +45,9 @@ type outcome struct {
 	retry bool
 	// secrets are the run's, for redacting what report writes.
 	secrets *secrets.Set
+	// after are the index and audit updates of the run's approval that
+	// report sends with the record (approve.Store.MarkPromotedOps).
+	after approve.Ops
 }
 
 // handle is the asynq handler of TypeRun.
@@ -52,7 +56,7 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 	defer w.inflight.Done()
 	rec := w.newRecord(ctx)
 	out := w.carryOut(ctx, t, &rec)
-	return w.report(ctx, t, &rec, out)
+	return w.report(ctx, &rec, out)
 }
 
 // carryOut runs the phases of one attempt and fills rec.
@@ -108,7 +112,7 @@ type job struct {
 // report is the one place a run's end is reported: the record is stored as
 // the task's result and logged, the event emitted, a pending promotion
 // queued. It returns what asynq should do with the task.
-func (w *Worker) report(ctx context.Context, t *asynq.Task, rec *record.Run, out outcome) error {
+func (w *Worker) report(ctx context.Context, rec *record.Run, out outcome) error {
 	if errors.Is(out.err, errHandedBack) {
 		w.log.Warn().Str("task_id", rec.TaskID).Msg("task interrupted by shutdown; handing it back to the queue")
 		<-ctx.Done() // asynq requeues the task when its shutdown timeout ends
@@ -129,19 +133,18 @@ func (w *Worker) report(ctx context.Context, t *asynq.Task, rec *record.Run, out
 		}
 	}
 	redact(rec, out.secrets)
-	if err := w.finish(ctx, t, rec, out.err != nil); err != nil {
-		// Without its record the task would end completed (or archived)
-		// with nothing for Wait to read: asynq runs it again, and that
-		// attempt stores one (finding its approval, if it has one).
-		return fmt.Errorf("store the run record: %w", err)
-	}
+	// A final state is the run's event, stored with the record: one that
+	// asynq will retry says nothing yet.
 	final := out.err == nil && !out.retry
 	if !final {
 		max, ok := asynq.GetMaxRetry(ctx)
 		final = ok && rec.Attempt > max // the last attempt: no retry will say more
 	}
-	if final {
-		w.emit(ctx, rec)
+	if err := w.finish(ctx, rec, out.err != nil, final, out.after); err != nil {
+		// Without its record the task would end completed (or archived)
+		// with nothing for Wait to read: asynq runs it again, and that
+		// attempt stores one (finding its approval, if it has one).
+		return fmt.Errorf("store the run record: %w", err)
 	}
 	switch {
 	case out.err != nil:
@@ -240,31 +243,43 @@ func joinErr(a, b string) string {
 	return a + "; " + b
 }
 
-// finish completes and stores the record: as the task's result and in the
-// log, at info for a run that was carried out, warn for a run that failed,
-// error for the worker's own failure. It returns the error of storing it.
-func (w *Worker) finish(ctx context.Context, t *asynq.Task, rec *record.Run, workerFailed bool) error {
+// finish completes and stores the record, with the run's event when
+// final (one round trip), and logs it: at info for a run that was carried
+// out, warn for a run that failed, error for the worker's own failure. It
+// returns the error of storing the record; the event's is logged, not
+// fatal: the record stays the source of truth.
+func (w *Worker) finish(ctx context.Context, rec *record.Run, workerFailed, final bool, after approve.Ops) error {
 	rec.FinishedAt = time.Now().UTC()
 	rec.DurationMS = ms(rec.FinishedAt.Sub(rec.StartedAt))
-	b, err := json.Marshal(rec)
-	if err == nil {
-		err = writeResult(ctx, t, b)
+	var ev *events.Event
+	if final {
+		e := runEvent(rec)
+		ev = &e
 	}
-	var ev *zerolog.Event
+	queue, _ := asynq.GetQueueName(ctx)
+	b, err := json.Marshal(rec)
+	var evErr error
+	if err == nil {
+		evErr, err = w.storeRecord(ctx, queue, rec.TaskID, b, ev, after)
+	}
+	var le *zerolog.Event
 	switch {
 	case err != nil:
-		ev = w.log.Error().AnErr("result_error", err)
+		le = w.log.Error().AnErr("result_error", err)
 	case workerFailed:
-		ev = w.log.Error()
+		le = w.log.Error()
 	case rec.State == record.StateFailed:
-		ev = w.log.Warn()
+		le = w.log.Warn()
 	default:
-		ev = w.log.Info()
+		le = w.log.Info()
 	}
-	ev.Str("task_id", rec.TaskID).Str("run_id", rec.RunID).Int("attempt", rec.Attempt).
+	le.Str("task_id", rec.TaskID).Str("run_id", rec.RunID).Int("attempt", rec.Attempt).
 		Str("state", string(rec.State)).Str("verdict", string(rec.Verdict)).Str("error", rec.Error).
 		Float64("duration_ms", rec.DurationMS).Int64("bytes_written", rec.Workspace.UsedBytes).
 		Int64("input_bytes", rec.Workspace.InputBytes).Int("steps", len(rec.Steps)).Msg("task end")
+	if evErr != nil {
+		w.eventFailed(rec, evErr)
+	}
 	if o := w.cfg.Observer; o != nil {
 		if err != nil {
 			o.RedisError("result")
@@ -274,16 +289,17 @@ func (w *Worker) finish(ctx context.Context, t *asynq.Task, rec *record.Run, wor
 	return err
 }
 
-// emit appends the run's state to the events stream; a failure is logged,
-// not fatal: the record stays the source of truth.
-func (w *Worker) emit(ctx context.Context, rec *record.Run) {
-	err := w.events.Append(ctx, events.Event{RunID: rec.RunID, TaskID: rec.TaskID,
-		State: rec.State, Verdict: rec.Verdict, ApprovalID: rec.ApprovalID, Error: rec.Error})
-	if err != nil {
-		w.log.Warn().Err(err).Str("task_id", rec.TaskID).Msg("events")
-		if o := w.cfg.Observer; o != nil {
-			o.RedisError("events")
-		}
+// runEvent is the event of a run's final state.
+func runEvent(rec *record.Run) events.Event {
+	return events.Event{RunID: rec.RunID, TaskID: rec.TaskID,
+		State: rec.State, Verdict: rec.Verdict, ApprovalID: rec.ApprovalID, Error: rec.Error}
+}
+
+// eventFailed reports a run's event that could not be appended.
+func (w *Worker) eventFailed(rec *record.Run, err error) {
+	w.log.Warn().Err(err).Str("task_id", rec.TaskID).Msg("events")
+	if o := w.cfg.Observer; o != nil {
+		o.RedisError("events")
 	}
 }
 

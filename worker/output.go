@@ -203,9 +203,12 @@ func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, 
 		rec.State, rec.PublishedTo = record.StatePromoted, w.cfg.Sink.Where(rec.RunID, rec.TaskID)
 		return outcome{} // an earlier attempt published it
 	}
+	var ops approve.Ops
 	if created {
-		// Just parked, from what this attempt holds: no need to read it back.
-		_, _, err = w.inline.PromoteParked(ctx, stored, c.artifacts.Data)
+		// Just parked, from what this attempt holds: no need to read it
+		// back. The approval's index and audit updates go with the
+		// record (report), in its round trip.
+		_, _, ops, err = w.inline.PromoteParkedOps(ctx, stored, c.artifacts.Data)
 	} else {
 		_, _, err = w.inline.Promote(ctx, stored.ID)
 	}
@@ -220,7 +223,7 @@ func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, 
 		return outcome{promote: stored.ID}
 	}
 	rec.State, rec.PublishedTo = record.StatePromoted, w.cfg.Sink.Where(rec.RunID, rec.TaskID)
-	return outcome{}
+	return outcome{after: ops}
 }
 
 // approvalID is the id of a run's approval: 128 bits of the SHA-256 of its

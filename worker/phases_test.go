@@ -232,7 +232,9 @@ func TestSettleEmitsNoEvent(t *testing.T) {
 	if rec.State != record.StatePromoted {
 		t.Fatalf("state %s: %s", rec.State, rec.Error)
 	}
-	w.emit(ctx, rec)
+	if err := w.events.Append(ctx, runEvent(rec)); err != nil { // what finish stores with the record
+		t.Fatal(err)
+	}
 	var got []record.State
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()

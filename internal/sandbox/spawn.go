@@ -86,7 +86,7 @@ func (h *helper) spawner(st Status, ready chan<- Status) {
 		if h.cfg.CgroupThread {
 			cg = nil // steps are born in the group
 		}
-		pid, err := spawnStopped(sr.req, sr.fds, st.Workdir, cg)
+		pid, err := spawnStopped(sr.req, sr.fds, st.Workdir, cg, int(h.base.threads.Load()))
 		sr.reply <- spawnResult{pid, err}
 	}
 }
@@ -141,8 +141,10 @@ func dropThreadCaps() error {
 // (each of cgroup is a cgroup.procs descriptor) and lets it run: the
 // limits are in force before the program's first instruction. It must run on the
 // spawner thread: the lookup is then made as the step would make it, as
-// the slot's uid, in the step's view, under its Landlock domain.
-func spawnStopped(req *runRequest, fds []int, dir string, cgroup []int) (int, error) {
+// the slot's uid, in the step's view, under its Landlock domain. threads
+// is how many threads the helper has (0: count them now): they run as the
+// step's uid, so its RLIMIT_NPROC is raised by as many.
+func spawnStopped(req *runRequest, fds []int, dir string, cgroup []int, threads int) (int, error) {
 	path, err := lookPath(req.Argv[0], dir, envValue(req.Env, "PATH"))
 	if err != nil {
 		return 0, err
@@ -177,11 +179,10 @@ func spawnStopped(req *runRequest, fds []int, dir string, cgroup []int) (int, er
 		_, _ = unix.Wait4(pid, &ws, unix.WALL, nil)
 		return 0, err
 	}
-	threads := 0
 	for _, rl := range req.Rlimits {
 		cur, max := rl.Cur, rl.Max
 		if rl.Resource == unix.RLIMIT_NPROC {
-			if threads == 0 {
+			if threads <= 0 {
 				threads = countThreads()
 			}
 			cur += uint64(threads)

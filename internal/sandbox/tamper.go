@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -61,6 +62,11 @@ type baseline struct {
 	limitsFD   int
 	limitsText []byte
 	buf        []byte
+
+	// threads is how many threads the helper had at the last check: the
+	// room a step's RLIMIT_NPROC must leave for them (they run as the
+	// step's uid), counted there rather than once more per spawn.
+	threads atomic.Int32
 }
 
 func readThread(tid int) (threadAttrs, error) {
@@ -95,6 +101,7 @@ func takeBaseline() (*baseline, error) {
 		return nil, err
 	}
 	b.thread = t
+	b.threads.Store(int32(countThreads()))
 	b.limitsFD = -1
 	if fd, err := unix.Open("/proc/self/limits", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
 		b.buf = make([]byte, 8<<10)
@@ -155,11 +162,14 @@ func (b *baseline) check() string {
 	if err != nil {
 		return "list threads: " + err.Error()
 	}
+	threads := 0
+	defer func() { b.threads.Store(int32(threads)) }()
 	for _, n := range names {
 		tid, err := strconv.Atoi(n)
 		if err != nil {
 			continue
 		}
+		threads++
 		a, err := readThread(tid)
 		if err != nil {
 			if errors.Is(err, unix.ESRCH) {
