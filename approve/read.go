@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -18,10 +20,16 @@ func (s *Store) Count(ctx context.Context, state State) (int64, error) {
 
 // ListAccepted returns the ids of the approvals accepted but not yet
 // promoted, oldest decision first: the worker re-enqueues their promote
-// tasks after a crash.
-func (s *Store) ListAccepted(ctx context.Context) ([]string, error) {
+// tasks after a crash. With decidedBefore not zero, only those decided
+// before it: an approval accepted a moment ago is most likely being
+// promoted by the worker that accepted it (a policy's inline promotion).
+func (s *Store) ListAccepted(ctx context.Context, decidedBefore time.Time) ([]string, error) {
 	key := s.index(idxUnpromoted)
-	ids, err := s.rdb.ZRange(ctx, key, 0, -1).Result()
+	max := "+inf"
+	if !decidedBefore.IsZero() {
+		max = "(" + strconv.FormatInt(decidedBefore.UnixMicro(), 10)
+	}
+	ids, err := s.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: max}).Result()
 	if err != nil {
 		return nil, fmt.Errorf("approve: list accepted: %w", err)
 	}

@@ -222,9 +222,17 @@ func TestParkAccepted(t *testing.T) {
 	if diff := cmp.Diff(want, h); err != nil || diff != "" {
 		t.Errorf("History: %v (-want +got):\n%s", err, diff)
 	}
-	ids, err := s.ListAccepted(ctx)
+	ids, err := s.ListAccepted(ctx, time.Time{})
 	if err != nil || !cmp.Equal(ids, []string{a.ID}) {
 		t.Errorf("ListAccepted = %q, %v", ids, err)
+	}
+	// The sweeper's cutoff: an approval decided at the cutoff or after it
+	// is not listed, one decided before it is.
+	if ids, err := s.ListAccepted(ctx, clk.Now()); err != nil || len(ids) != 0 {
+		t.Errorf("ListAccepted(decided before now) = %q, %v; want none", ids, err)
+	}
+	if ids, err := s.ListAccepted(ctx, clk.Now().Add(time.Microsecond)); err != nil || !cmp.Equal(ids, []string{a.ID}) {
+		t.Errorf("ListAccepted(decided before now+1µs) = %q, %v", ids, err)
 	}
 	if l, _ := s.List(ctx, "", 0); len(l) != 0 {
 		t.Errorf("pending list holds %d approvals, want none", len(l))
@@ -464,7 +472,7 @@ func TestMarkPromoted(t *testing.T) {
 	if ttl, _ := rdb.PTTL(ctx, s.Keys(a.ID)[0]).Result(); ttl != -1 {
 		t.Errorf("an accepted approval not yet promoted has a TTL %v", ttl)
 	}
-	if ids, _ := s.ListAccepted(ctx); !cmp.Equal(ids, []string{a.ID}) {
+	if ids, _ := s.ListAccepted(ctx, time.Time{}); !cmp.Equal(ids, []string{a.ID}) {
 		t.Errorf("ListAccepted = %q", ids)
 	}
 	at := clk.Now().Add(time.Second)
@@ -477,7 +485,7 @@ func TestMarkPromoted(t *testing.T) {
 	if !got.PromotedAt.Equal(at) || got.State != approve.StateAccepted || got.PublishedTo != "/store/r/t" {
 		t.Errorf("after MarkPromoted twice: state %s, promoted_at %v, published_to %q; want accepted, %v, /store/r/t", got.State, got.PromotedAt, got.PublishedTo, at)
 	}
-	if ids, err := s.ListAccepted(ctx); err != nil || len(ids) != 0 {
+	if ids, err := s.ListAccepted(ctx, time.Time{}); err != nil || len(ids) != 0 {
 		t.Errorf("ListAccepted = %q, %v; want none", ids, err)
 	}
 	if _, err := s.Data(ctx, a.ID, "out/report.csv"); !errors.Is(err, approve.ErrNotFound) {
@@ -529,7 +537,7 @@ func TestListAcceptedStale(t *testing.T) {
 	for _, id := range []string{"ap-pending", "ap-rejected", "ap-gone"} {
 		rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: id})
 	}
-	ids, err := s.ListAccepted(ctx)
+	ids, err := s.ListAccepted(ctx, time.Time{})
 	if err != nil || len(ids) != 0 {
 		t.Errorf("ListAccepted = %q, %v; want none", ids, err)
 	}
