@@ -124,14 +124,23 @@ func BenchmarkTempDirCreateRemove(b *testing.B) {
 // BenchmarkSlotRunTrue is one step through a slot's helper: fork, ptrace
 // stop at exec, prlimit, run, wait, sweep.
 func BenchmarkSlotRunTrue(b *testing.B) {
+	benchSlotRun(b, nil, "/bin/true")
+}
+
+// benchSlotRun runs argv through a slot's helper once per iteration, in a
+// workspace holding files.
+func benchSlotRun(b *testing.B, files map[string]string, argv ...string) {
 	f := newFixture(b)
 	box, err := sandbox.NewSlot(f.slot)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer box.Close()
-	f.workspace(b)
-	step := sandbox.Step{Argv: []string{"/bin/true"}, Limits: limits.DefaultPolicy().Default, Timeout: 10 * time.Second}
+	ws := f.workspace(b)
+	if _, err := ws.WriteFiles(files); err != nil {
+		b.Fatal(err)
+	}
+	step := sandbox.Step{Argv: argv, Limits: limits.DefaultPolicy().Default, Timeout: 10 * time.Second}
 	ctx := context.Background()
 	for b.Loop() {
 		res, err := box.Run(ctx, step)
@@ -225,27 +234,7 @@ func BenchmarkSchemaCompileUncached(b *testing.B) {
 // helper: sh, which forks cat for the here-document, writing out/result.json
 // in the workspace.
 func BenchmarkSlotRunScript(b *testing.B) {
-	f := newFixture(b)
-	box, err := sandbox.NewSlot(f.slot)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer box.Close()
-	ws := f.workspace(b)
-	if _, err := ws.WriteFiles(map[string]string{"gen.sh": scriptSh}); err != nil {
-		b.Fatal(err)
-	}
-	step := sandbox.Step{Argv: []string{"sh", "gen.sh"}, Limits: limits.DefaultPolicy().Default, Timeout: 10 * time.Second}
-	ctx := context.Background()
-	for b.Loop() {
-		res, err := box.Run(ctx, step)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if !res.Exited || res.ExitCode != 0 {
-			b.Fatalf("%+v", res)
-		}
-	}
+	benchSlotRun(b, map[string]string{"gen.sh": scriptSh}, "sh", "gen.sh")
 }
 
 // BenchmarkExecScript is the same script run bare, as the baseline runs it.

@@ -312,22 +312,8 @@ func TestPromoteParked(t *testing.T) {
 // publishedFiles reads the files of one publication but its manifest.
 func publishedFiles(t *testing.T, where string) map[string][]byte {
 	t.Helper()
-	got := map[string][]byte{}
-	err := filepath.WalkDir(where, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(where, p)
-		if rel == "manifest.json" {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		got[rel] = b
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := published(t, where)
+	delete(got, "manifest.json")
 	return got
 }
 

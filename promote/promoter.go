@@ -81,8 +81,8 @@ func (p *Promoter) publish(ctx context.Context, a *approve.Approval, data func(n
 		Artifacts: []record.Artifact{}, Run: a.Run, PromotedBy: p.Worker,
 	}
 	if !a.PromotedAt.IsZero() {
-		// Done by an earlier try, which may have died before its index
-		// updates: set them, or a sweeper would queue it again and again.
+		// Done by an earlier try, which may have died before sending
+		// its index updates (MarkPromotedOps): set them again.
 		m.PromotedAt = a.PromotedAt
 		return m, false, nil, p.Store.Reindex(ctx, a)
 	}
