@@ -256,7 +256,10 @@ func (w *Worker) finish(ctx context.Context, rec *record.Run, workerFailed, fina
 		e := runEvent(rec)
 		ev = &e
 	}
-	queue, _ := asynq.GetQueueName(ctx)
+	queue, ok := asynq.GetQueueName(ctx)
+	if !ok {
+		queue = rec.Queue
+	}
 	b, err := json.Marshal(rec)
 	var evErr error
 	if err == nil {

@@ -25,13 +25,13 @@ func taskKey(queue, taskID string) string { return "asynq:{" + queue + "}:t:" + 
 // storeRecord stores a run's record as its task's result and, when ev is
 // not nil, appends the run's event after it, in one round trip with the
 // index and audit updates of its approval (after, when not nil), queued
-// before the record. Redis may
-// fail for a moment (a restart: connections refused, then LOADING while
-// it reads its AOF back; a failover): the write is tried again, for up to
-// resultRetryFor and as long as ctx lasts, before the error is returned
-// (report then has asynq run the task again rather than end it without a
-// record). evErr is the event's own failure once the record is stored:
-// the record stays the source of truth, and Wait reads the task anyway.
+// before the record. Redis may fail for a moment (a restart: connections
+// refused, then LOADING while it reads its AOF back; a failover): the
+// write is tried again, for up to resultRetryFor and as long as ctx
+// lasts, before the error is returned (report then has asynq run the task
+// again rather than end it without a record). evErr is the event's own
+// failure once the record is stored: the record stays the source of
+// truth, and Wait reads the task anyway.
 func (w *Worker) storeRecord(ctx context.Context, queue, taskID string, b []byte, ev *events.Event, after approve.Ops) (evErr, err error) {
 	deadline := time.Now().Add(resultRetryFor)
 	delay := 100 * time.Millisecond
