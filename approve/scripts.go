@@ -184,11 +184,12 @@ func (s *Store) afterOps(a *Approval, e *Event) Ops {
 // after updates the indexes to match a (when not nil) and appends e (when
 // not nil) to the global audit stream, in one round trip.
 func (s *Store) after(ctx context.Context, a *Approval, e *Event) error {
-	return s.send(ctx, a.ID, s.afterOps(a, e))
+	return s.Apply(ctx, a.ID, s.afterOps(a, e))
 }
 
-// send runs ops in one round trip.
-func (s *Store) send(ctx context.Context, id string, ops Ops) error {
+// Apply sends ops, the index and audit updates of approval id's
+// transition, in one round trip.
+func (s *Store) Apply(ctx context.Context, id string, ops Ops) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		ops(ctx, p)
 		return nil

@@ -276,7 +276,7 @@ func (s *Store) MarkPromoted(ctx context.Context, id string, at time.Time, where
 	if err != nil {
 		return err
 	}
-	return s.send(ctx, id, ops)
+	return s.Apply(ctx, id, ops)
 }
 
 // Ops are index and audit updates that a transition left for its caller
@@ -285,7 +285,8 @@ type Ops func(ctx context.Context, p redis.Pipeliner)
 
 // MarkPromotedOps is MarkPromoted without the round trip of the index and
 // audit updates: it returns them for the caller to queue with its own
-// writes (the worker sends them with the run's record). Until they are
+// writes (the worker sends them with the run's record) or to send
+// (Apply). Until they are
 // sent, the approval is promoted but still indexed as accepted and not
 // promoted: a promotion of it then only repairs the indexes (Reindex).
 func (s *Store) MarkPromotedOps(ctx context.Context, id string, at time.Time, where string) (Ops, error) {

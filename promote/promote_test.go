@@ -288,7 +288,10 @@ func TestPromoteParked(t *testing.T) {
 		return stored
 	}
 	stored := park("ap-parked")
-	m, published, err := b.promoter.PromoteParked(ctx, stored, data)
+	m, published, ops, err := b.promoter.PromoteParked(ctx, stored, data)
+	if err == nil {
+		err = b.store.Apply(ctx, stored.ID, ops)
+	}
 	if err != nil || !published {
 		t.Fatalf("PromoteParked = published %v, %v", published, err)
 	}
@@ -303,7 +306,7 @@ func TestPromoteParked(t *testing.T) {
 	}
 
 	other := park("ap-parked-tampered")
-	_, _, err = b.promoter.PromoteParked(ctx, other, map[string][]byte{"out/a.csv": []byte("y\n2\n")})
+	_, _, _, err = b.promoter.PromoteParked(ctx, other, map[string][]byte{"out/a.csv": []byte("y\n2\n")})
 	if !errors.Is(err, promote.ErrRefused) {
 		t.Fatalf("PromoteParked with other bytes = %v, want ErrRefused", err)
 	}
@@ -396,9 +399,9 @@ func TestPromoteParkedOps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, pub, ops, err := b.promoter.PromoteParkedOps(ctx, a, data)
+	_, pub, ops, err := b.promoter.PromoteParked(ctx, a, data)
 	if err != nil || !pub || ops == nil {
-		t.Fatalf("PromoteParkedOps: published=%v ops=%v err=%v", pub, ops != nil, err)
+		t.Fatalf("PromoteParked: published=%v ops=%v err=%v", pub, ops != nil, err)
 	}
 	if got, _ := b.store.Get(ctx, "ap-ops"); got == nil || got.PromotedAt.IsZero() {
 		t.Fatalf("not marked promoted: %+v", got)

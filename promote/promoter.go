@@ -36,25 +36,25 @@ func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, b
 	if err != nil {
 		return nil, false, err
 	}
-	m, published, _, err := p.publish(ctx, a, func(name string) ([]byte, error) { return p.Store.Data(ctx, a.ID, name) }, false)
-	return m, published, err
+	m, published, ops, err := p.publish(ctx, a, func(name string) ([]byte, error) { return p.Store.Data(ctx, a.ID, name) })
+	if err == nil && ops != nil {
+		err = p.Store.Apply(ctx, a.ID, ops)
+	}
+	if err != nil {
+		return nil, published, err
+	}
+	return m, published, nil
 }
 
 // PromoteParked is Promote for an approval the caller has just parked
 // (approve.Store.Park returned it with created true), accepted, with the
 // data it staged: what the store holds is what the caller holds, so it is
-// not read back. The digests are checked all the same.
-func (p *Promoter) PromoteParked(ctx context.Context, a *approve.Approval, data map[string][]byte) (*Manifest, bool, error) {
-	m, published, _, err := p.publish(ctx, a, parked(data), false)
-	return m, published, err
-}
-
-// PromoteParkedOps is PromoteParked that leaves the approval's index and
-// audit updates to the caller, who sends ops in a round trip of its own
-// (approve.Store.MarkPromotedOps); ops is nil when there is nothing to
-// send.
-func (p *Promoter) PromoteParkedOps(ctx context.Context, a *approve.Approval, data map[string][]byte) (m *Manifest, published bool, ops approve.Ops, err error) {
-	return p.publish(ctx, a, parked(data), true)
+// not read back. The digests are checked all the same. The approval's
+// index and audit updates are left to the caller, who sends ops in a
+// round trip of its own (approve.Store.Apply; the worker sends them with
+// the run's record); ops is nil when there is nothing to send.
+func (p *Promoter) PromoteParked(ctx context.Context, a *approve.Approval, data map[string][]byte) (m *Manifest, published bool, ops approve.Ops, err error) {
+	return p.publish(ctx, a, parked(data))
 }
 
 // parked reads an artifact's bytes from what its caller parked.
@@ -69,9 +69,9 @@ func parked(data map[string][]byte) func(name string) ([]byte, error) {
 }
 
 // publish publishes a, an approval as the store holds it, reading each
-// artifact's staged bytes with data. With deferOps, the index and audit
-// updates of marking it promoted are returned instead of sent.
-func (p *Promoter) publish(ctx context.Context, a *approve.Approval, data func(name string) ([]byte, error), deferOps bool) (*Manifest, bool, approve.Ops, error) {
+// artifact's staged bytes with data, and marks it promoted; it returns
+// the index and audit updates of that mark, for the caller to send.
+func (p *Promoter) publish(ctx context.Context, a *approve.Approval, data func(name string) ([]byte, error)) (*Manifest, bool, approve.Ops, error) {
 	if a.State != approve.StateAccepted {
 		return nil, false, nil, fmt.Errorf("%w: approval %s is %s, not accepted", ErrRefused, a.ID, a.State)
 	}
@@ -117,18 +117,11 @@ func (p *Promoter) publish(ctx context.Context, a *approve.Approval, data func(n
 	if err != nil {
 		return nil, false, nil, err
 	}
-	where := p.Sink.Where(m.RunID, m.TaskID)
-	if deferOps {
-		ops, err := p.Store.MarkPromotedOps(ctx, a.ID, m.PromotedAt, where)
-		if err != nil {
-			return nil, published, nil, err
-		}
-		return m, published, ops, nil
-	}
-	if err := p.Store.MarkPromoted(ctx, a.ID, m.PromotedAt, where); err != nil {
+	ops, err := p.Store.MarkPromotedOps(ctx, a.ID, m.PromotedAt, p.Sink.Where(m.RunID, m.TaskID))
+	if err != nil {
 		return nil, published, nil, err
 	}
-	return m, published, nil, nil
+	return m, published, ops, nil
 }
 
 func hexSHA(b []byte) string {

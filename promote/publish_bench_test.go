@@ -46,17 +46,34 @@ func BenchmarkDurableFile(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := n.Add(1)
-			tmp := fmt.Sprintf("%s/.tmp-%d", dir, i)
-			f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err != nil {
+			if err := durableFile(dir, i, result); err != nil {
 				b.Error(err)
 				return
 			}
-			f.Write(result)
-			f.Sync()
-			f.Close()
-			os.Rename(tmp, fmt.Sprintf("%s/%d.json", dir, i))
-			syncDir(dir)
 		}
 	})
+}
+
+// durableFile writes data to dir/<i>.json through a temp file, fsynced,
+// renamed, and the directory fsynced.
+func durableFile(dir string, i int64, data []byte) error {
+	tmp := fmt.Sprintf("%s/.tmp-%d", dir, i)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, fmt.Sprintf("%s/%d.json", dir, i))
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	return err
 }

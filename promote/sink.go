@@ -184,9 +184,9 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 	if done, err := s.already(final, m.ApprovalID); done || err != nil {
 		return false, err
 	}
-	// The run's directory first, so that its entry is in the journal
-	// commit the files' fsyncs make: the store directory's fsync below
-	// then finds it written already.
+	// The run's directory first: on a journaling filesystem its entry
+	// can then go in the commit the files' fsyncs make, before the store
+	// directory's fsync below asks for it.
 	if _, err := s.mkdir(runDir); err != nil {
 		return false, err
 	}
@@ -202,9 +202,9 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 	}()
 	// The staging directory is this call's alone: files are written at
 	// their names, all of them; then the writeback of each is started,
-	// then each is fsynced, then each directory of the tree, so that the
-	// journal commit that the first fsync makes carries the others' blocks
-	// and entries too, and the later fsyncs find theirs written.
+	// then each is fsynced, then each directory of the tree, so that a
+	// journaling filesystem can carry several of them in one commit
+	// (fewer device writes and flushes: BENCHMARKS.md).
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return false, err

@@ -208,7 +208,7 @@ func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, 
 		// Just parked, from what this attempt holds: no need to read it
 		// back. The approval's index and audit updates go with the
 		// record (report), in its round trip.
-		_, _, ops, err = w.inline.PromoteParkedOps(ctx, stored, c.artifacts.Data)
+		_, _, ops, err = w.inline.PromoteParked(ctx, stored, c.artifacts.Data)
 	} else {
 		_, _, err = w.inline.Promote(ctx, stored.ID)
 	}

@@ -29,7 +29,9 @@ func taskKey(queue, taskID string) string { return "asynq:{" + queue + "}:t:" + 
 // refused, then LOADING while it reads its AOF back; a failover): the
 // write is tried again, for up to resultRetryFor and as long as ctx
 // lasts, before the error is returned (report then has asynq run the task
-// again rather than end it without a record). evErr is the event's own
+// again rather than end it without a record). A retry sends the event and
+// the approval's updates again: like an event, an audit entry may then
+// appear twice; index updates are idempotent. evErr is the event's own
 // failure once the record is stored: the record stays the source of
 // truth, and Wait reads the task anyway.
 func (w *Worker) storeRecord(ctx context.Context, queue, taskID string, b []byte, ev *events.Event, after approve.Ops) (evErr, err error) {
