@@ -96,6 +96,10 @@ type Approval struct {
 	// PublishedTo to where (the store's name for it).
 	PromotedAt  time.Time `json:"promoted_at,omitzero"`
 	PublishedTo string    `json:"published_to,omitempty"`
+	// StagedBytes is what the approval counts against the store's
+	// MaxPendingBytes while it holds its staged bytes: its result and
+	// its artifacts' bytes. Park sets it.
+	StagedBytes int64 `json:"staged_bytes,omitempty"`
 }
 
 // Errors matched with errors.Is.
@@ -103,6 +107,9 @@ var (
 	ErrNotFound       = errors.New("approval not found")
 	ErrAlreadyDecided = errors.New("approval already decided")
 	ErrTooLarge       = errors.New("staged artifacts above the cap")
+	// ErrPendingFull: Park of an output that would take the bytes all
+	// approvals hold in Redis past the store's MaxPendingBytes.
+	ErrPendingFull = errors.New("pending approvals hold the most bytes the operator allows")
 	// ErrIDTaken: Park of an id that holds another task's approval.
 	ErrIDTaken = errors.New("approval id taken by another task")
 )

@@ -65,6 +65,9 @@ func encode(a *Approval) ([]any, error) {
 	if a.Comment != "" {
 		p = append(p, fComment, a.Comment)
 	}
+	if a.StagedBytes > 0 {
+		p = append(p, fStaged, strconv.FormatInt(a.StagedBytes, 10))
+	}
 	return p, nil
 }
 
@@ -113,6 +116,8 @@ func setField(a *Approval, name, v string) error {
 		a.Comment = v
 	case fResultSHA:
 		a.ResultSHA256 = v
+	case fStaged:
+		a.StagedBytes, err = strconv.ParseInt(v, 10, 64)
 	}
 	if err != nil {
 		return fmt.Errorf("field %s: %w", name, err)

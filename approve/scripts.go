@@ -178,8 +178,60 @@ func (s *Store) afterOps(a *Approval, e *Event) Ops {
 			s.auditOp(ctx, p, a.ID, *e)
 			s.runEventOp(ctx, p, a, *e)
 		}
+		if a != nil {
+			s.unstageOp(ctx, p, a)
+		}
 	}
 }
+
+// unstageOp queues the release of a's staged bytes from the pending
+// total when a no longer holds them (rejected, expired, promoted). It is
+// queued with every update of such an approval, repairs included
+// (releaseScript releases once), so that a lost round trip never leaves
+// bytes counted for good.
+func (s *Store) unstageOp(ctx context.Context, p redis.Pipeliner, a *Approval) {
+	if a.StagedBytes <= 0 {
+		return
+	}
+	if a.State == StateRejected || a.State == StateExpired || !a.PromotedAt.IsZero() {
+		releaseScript.Eval(ctx, p, []string{s.stagedKey()}, a.ID)
+	}
+}
+
+// The pending total is one hash (one key, hence one Cluster slot): a field
+// per approval that holds staged bytes (its id: its size), and the total
+// in stagedTotal. Counting an approval twice, or releasing it twice (a
+// retried round trip sends its updates again), changes nothing.
+const stagedTotal = "#total"
+
+// reserveFull is reserveScript's answer when the bound would be passed.
+const reserveFull = -1
+
+// reserveScript counts an approval's staged bytes unless it is counted.
+// KEYS: the pending hash. ARGV: id, bytes, bound (<= 0: none). Returns the
+// new total; reserveFull past the bound (nothing counted); -2 when the id
+// was counted already.
+var reserveScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) then return -2 end
+local n = tonumber(ARGV[2])
+local t = tonumber(redis.call('HGET', KEYS[1], '` + stagedTotal + `') or '0') + n
+local max = tonumber(ARGV[3])
+if max > 0 and t > max then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], n, '` + stagedTotal + `', t)
+return t
+`)
+
+// releaseScript gives an approval's counted bytes back, once.
+// KEYS: the pending hash. ARGV: id. It uses only the commands of the ACL
+// the README lists.
+var releaseScript = redis.NewScript(`
+local n = redis.call('HGET', KEYS[1], ARGV[1])
+if not n then return 0 end
+local t = tonumber(redis.call('HGET', KEYS[1], '` + stagedTotal + `') or '0') - tonumber(n)
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[1], '` + stagedTotal + `', t)
+return t
+`)
 
 // after updates the indexes to match a (when not nil) and appends e (when
 // not nil) to the global audit stream, in one round trip.

@@ -18,6 +18,9 @@ const (
 	DefaultTTL            = 72 * time.Hour
 	DefaultMaxStagedBytes = 32 << 20
 	DefaultRetention      = 30 * 24 * time.Hour
+	// DefaultMaxPendingBytes bounds the bytes all approvals not yet
+	// decided or published hold in Redis together (Options.MaxPendingBytes).
+	DefaultMaxPendingBytes = 256 << 20
 )
 
 // EventPromoted is the To of the audit event MarkPromoted appends: an
@@ -42,6 +45,13 @@ type Options struct {
 	Prefix         string        // key prefix, default "airlock:"; must not hold '{' or '}'
 	TTL            time.Duration // pending approvals expire after this; default 72h
 	MaxStagedBytes int64         // cap of staged artifact bytes per approval; default 32 MiB
+	// MaxPendingBytes bounds the staged bytes (artifacts and result) of
+	// all approvals that still hold them (pending, or accepted and not
+	// yet published) together: past it Park fails with ErrPendingFull,
+	// and nothing staged by another run is ever evicted. 0 takes
+	// DefaultMaxPendingBytes; negative sets no bound (the total is still
+	// counted, for PendingBytes).
+	MaxPendingBytes int64
 	// Retention is how long a finished approval (rejected, expired or
 	// promoted) is kept, with its audit trail, before Redis deletes it;
 	// default 30 days, negative keeps it forever. Accepted approvals not
@@ -74,6 +84,7 @@ type Event struct {
 //	P approvals:expired      zset: by decided_at (= expires_at)
 //	P approvals:all          zset: every approval, by created_at
 //	P audit                  stream: every transition (id, from, to, by, comment, at), MAXLEN ~ 100000
+//	P staged                 hash: ID → staged bytes of every approval that holds them, and their total (MaxPendingBytes)
 //
 // The three keys of one approval share the hash tag {ID}, hence one Redis
 // Cluster slot: every transition is one Lua script on that slot. The
@@ -88,6 +99,7 @@ type Store struct {
 	quiet      bool // no run event for transitions (Quiet)
 	ttl        time.Duration
 	maxStaged  int64
+	maxPending int64 // <= 0: no bound
 	retention  time.Duration
 	now        func() time.Time
 	watchBlock time.Duration
@@ -106,7 +118,7 @@ func (s *Store) Quiet() *Store {
 // brace, which would break the hash tags.
 func NewStore(rdb redis.UniversalClient, opts Options) *Store {
 	s := &Store{
-		rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, maxStaged: opts.MaxStagedBytes,
+		rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, maxStaged: opts.MaxStagedBytes, maxPending: opts.MaxPendingBytes,
 		retention: opts.Retention, now: opts.Now, watchBlock: 500 * time.Millisecond,
 	}
 	if s.prefix == "" {
@@ -121,6 +133,9 @@ func NewStore(rdb redis.UniversalClient, opts Options) *Store {
 	}
 	if s.maxStaged <= 0 {
 		s.maxStaged = DefaultMaxStagedBytes
+	}
+	if s.maxPending == 0 {
+		s.maxPending = DefaultMaxPendingBytes
 	}
 	if s.retention == 0 {
 		s.retention = DefaultRetention
@@ -146,6 +161,7 @@ func (s *Store) hashKey(id string) string { return s.prefix + "approval:{" + id 
 
 func (s *Store) index(name string) string { return s.prefix + "approvals:" + name }
 func (s *Store) auditKey() string         { return s.prefix + "audit" }
+func (s *Store) stagedKey() string        { return s.prefix + "staged" }
 
 // Index names.
 const (
@@ -190,9 +206,10 @@ const (
 	fPromoted  = "promoted_at"
 	fPublished = "published_to"
 	fResultSHA = "result_sha256"
+	fStaged    = "staged_bytes"
 )
 
 // summaryFields are what List reads: neither the result, the artifacts nor
 // the run summary (except its queue).
 var summaryFields = []string{fID, fTaskID, fRunID, fState, fCreatedAt, fExpiresAt, fReasons,
-	fQueue, fDecidedBy, fDecidedAt, fComment, fPromoted}
+	fQueue, fDecidedBy, fDecidedAt, fComment, fPromoted, fStaged}

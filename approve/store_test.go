@@ -88,6 +88,11 @@ func TestParkGet(t *testing.T) {
 	want := *a
 	want.CreatedAt = clk.Now().Add(-time.Minute + 1000)
 	want.ExpiresAt = clk.Now().Add(approve.DefaultTTL)
+	// The artifacts' bytes and the whole hash as stored.
+	if got.StagedBytes <= int64(len(a.Result)+len(data["out/report.csv"])) {
+		t.Errorf("StagedBytes %d", got.StagedBytes)
+	}
+	want.StagedBytes = got.StagedBytes
 	// The run summary's "any" fields come back as JSON values.
 	if diff := cmp.Diff(&want, got); diff != "" {
 		t.Errorf("Park returned (-want +got):\n%s", diff)

@@ -33,11 +33,39 @@ func (s *Store) Park(ctx context.Context, a *Approval, data map[string][]byte) (
 	if err != nil {
 		return nil, false, err
 	}
-	created, err := parkScript.Run(ctx, s.rdb, s.Keys(p.a.ID), p.args...).Int()
-	if err != nil {
-		return nil, false, fmt.Errorf("approve: park %s: %w", p.a.ID, err)
+	// The staged bytes are counted (reserveScript) in the round trip of
+	// the park itself, before it: past the bound the reservation fails,
+	// and a park it refused is undone at once.
+	n := p.a.StagedBytes
+	var reserved *redis.Cmd
+	var park *redis.Cmd
+	_, err = s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		if n > 0 {
+			reserved = reserveScript.Eval(ctx, pipe, []string{s.stagedKey()}, p.a.ID, n, s.maxPending)
+		}
+		park = parkScript.Eval(ctx, pipe, s.Keys(p.a.ID), p.args...)
+		return nil
+	})
+	created, perr := park.Int()
+	var total int64
+	var rerr error
+	if reserved != nil {
+		total, rerr = reserved.Int64()
+	}
+	if err != nil || perr != nil || rerr != nil {
+		if reserved != nil && rerr == nil && total >= 0 && created == 1 {
+			s.undoPark(ctx, p.a.ID) // stored, but this call fails: leave nothing
+		} else if reserved != nil && rerr == nil && total >= 0 {
+			_ = s.release(ctx, p.a.ID)
+		}
+		return nil, false, fmt.Errorf("approve: park %s: %w", p.a.ID, errors.Join(err, perr, rerr))
 	}
 	if created == 0 {
+		if total >= 0 && reserved != nil {
+			// The approval was there before this call, and not counted
+			// (parked by a worker without the bound): neither is it now.
+			_ = s.release(ctx, p.a.ID)
+		}
 		old, err := s.Get(ctx, p.a.ID)
 		if err != nil {
 			return nil, false, err
@@ -47,7 +75,40 @@ func (s *Store) Park(ctx context.Context, a *Approval, data map[string][]byte) (
 		}
 		return old, false, s.after(ctx, old, nil)
 	}
+	if reserved != nil && total == reserveFull {
+		err := s.undoPark(ctx, p.a.ID)
+		held, _ := s.PendingBytes(ctx)
+		return nil, false, errors.Join(fmt.Errorf("approve: park %s: %d bytes to stage while approvals hold %d, bound %d: %w",
+			p.a.ID, n, held, s.maxPending, ErrPendingFull), err)
+	}
 	return p.a, true, s.after(ctx, p.a, &p.event)
+}
+
+// undoPark deletes approval id's keys, just stored by a park that fails.
+func (s *Store) undoPark(ctx context.Context, id string) error {
+	if err := s.rdb.Del(ctx, s.Keys(id)...).Err(); err != nil {
+		return fmt.Errorf("approve: undoing park %s: %w", id, err)
+	}
+	return nil
+}
+
+// release gives approval id's staged bytes back to the pending total.
+func (s *Store) release(ctx context.Context, id string) error {
+	return releaseScript.Run(ctx, s.rdb, []string{s.stagedKey()}, id).Err()
+}
+
+// PendingBytes returns the staged bytes (results and artifacts) that
+// approvals not yet decided or published hold in Redis together, as
+// counted against MaxPendingBytes.
+func (s *Store) PendingBytes(ctx context.Context) (int64, error) {
+	n, err := s.rdb.HGet(ctx, s.stagedKey(), stagedTotal).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("approve: pending bytes: %w", err)
+	}
+	return max(n, 0), nil
 }
 
 // parking is a checked approval, ready for parkScript.
@@ -96,14 +157,24 @@ func (s *Store) prepare(a *Approval, data map[string][]byte) (*parking, error) {
 	default:
 		return nil, fmt.Errorf("approve: park %s: state %q: want %s or %s", c.ID, c.State, StatePending, StateAccepted)
 	}
-	dataArgs, err := s.checkData(&c, data)
+	dataArgs, staged, err := s.checkData(&c, data)
 	if err != nil {
 		return nil, err
 	}
+	c.StagedBytes = 0
 	rec, err := encode(&c)
 	if err != nil {
 		return nil, fmt.Errorf("approve: park %s: %w", c.ID, err)
 	}
+	// What counts against MaxPendingBytes: the artifacts' bytes and the
+	// whole approval hash (result, run summary, names), as stored.
+	c.StagedBytes = staged
+	for _, v := range rec {
+		if str, ok := v.(string); ok {
+			c.StagedBytes += int64(len(str))
+		}
+	}
+	rec = append(rec, fStaged, strconv.FormatInt(c.StagedBytes, 10))
 	stored, err := decodePairs(rec) // as Get will read it
 	if err != nil {
 		return nil, err
@@ -116,12 +187,13 @@ func (s *Store) prepare(a *Approval, data map[string][]byte) (*parking, error) {
 }
 
 // checkData checks data against c's artifacts and the cap, fills in
-// missing sizes and digests, and returns the data as name, bytes pairs.
-func (s *Store) checkData(c *Approval, data map[string][]byte) ([]any, error) {
+// missing sizes and digests, and returns the data as name, bytes pairs
+// and its size.
+func (s *Store) checkData(c *Approval, data map[string][]byte) ([]any, int64, error) {
 	idx := make(map[string]int, len(c.Artifacts))
 	for i, art := range c.Artifacts {
 		if _, dup := idx[art.Name]; dup {
-			return nil, fmt.Errorf("approve: park %s: artifact %q listed twice", c.ID, art.Name)
+			return nil, 0, fmt.Errorf("approve: park %s: artifact %q listed twice", c.ID, art.Name)
 		}
 		idx[art.Name] = i
 	}
@@ -129,13 +201,13 @@ func (s *Store) checkData(c *Approval, data map[string][]byte) ([]any, error) {
 	names := make([]string, 0, len(data))
 	for name, b := range data {
 		if _, ok := idx[name]; !ok {
-			return nil, fmt.Errorf("approve: park %s: data for %q, which is not one of its artifacts", c.ID, name)
+			return nil, 0, fmt.Errorf("approve: park %s: data for %q, which is not one of its artifacts", c.ID, name)
 		}
 		total += int64(len(b))
 		names = append(names, name)
 	}
 	if total > s.maxStaged {
-		return nil, fmt.Errorf("approve: park %s: %d bytes of artifacts, cap %d: %w", c.ID, total, s.maxStaged, ErrTooLarge)
+		return nil, 0, fmt.Errorf("approve: park %s: %d bytes of artifacts, cap %d: %w", c.ID, total, s.maxStaged, ErrTooLarge)
 	}
 	slices.Sort(names)
 	args := make([]any, 0, 2*len(names))
@@ -148,12 +220,12 @@ func (s *Store) checkData(c *Approval, data map[string][]byte) ([]any, error) {
 		case art.SHA256 == "":
 			art.SHA256, art.Bytes = digest, int64(len(b))
 		case !strings.EqualFold(art.SHA256, digest) || art.Bytes != int64(len(b)):
-			return nil, fmt.Errorf("approve: park %s: artifact %q: data of %d bytes, sha256 %s does not match the artifact's %d bytes, sha256 %s",
+			return nil, 0, fmt.Errorf("approve: park %s: artifact %q: data of %d bytes, sha256 %s does not match the artifact's %d bytes, sha256 %s",
 				c.ID, name, len(b), digest, art.Bytes, art.SHA256)
 		}
 		args = append(args, name, b)
 	}
-	return args, nil
+	return args, total, nil
 }
 
 // Get returns approval id, or ErrNotFound.
@@ -370,6 +442,7 @@ func (s *Store) ExpireDue(ctx context.Context) (int, error) {
 					e := Event{At: a.DecidedAt, From: StatePending, To: StateExpired}
 					s.auditOp(ctx, p, id, e)
 					s.runEventOp(ctx, p, a, e)
+					s.unstageOp(ctx, p, a)
 				default: // decided, or not due (a stale score): reindex
 					s.indexOps(ctx, p, a)
 				}

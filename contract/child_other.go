@@ -14,5 +14,10 @@ func (c *Child) run(context.Context, *Schema, []byte, time.Time) ([]Violation, e
 	return nil, fmt.Errorf("%w: validation children run on Linux only", ErrTooCostly)
 }
 
+// Describe says how c confines validations, for a run record's isolation.
+func (c *Child) Describe() string {
+	return fmt.Sprintf("in the worker up to %d units of work (the cost model); costlier validations are refused (validation children run on Linux only)", InProcessUnits)
+}
+
 // MaybeValidator does nothing outside Linux.
 func MaybeValidator() {}

@@ -36,23 +36,31 @@ type plan struct {
 	contains *plan
 	marshal  bool // const, enum or uniqueItems: the value is marshalled
 	strings  bool // pattern, format, length: linear in a string's length
+	// pattern is the program size of "pattern" (0: none): matching a
+	// string costs that times its length.
+	pattern int64
+	// format is the cost of checking a string against its "format", in
+	// units per 64 bytes (formatCost).
+	format int64
 }
 
 type pattern struct {
-	re   *regexp.Regexp // nil when it does not compile (gojsonschema then never matches it)
-	cost int            // gojsonschema compiles the pattern for every key: its length
-	sub  *plan
+	re    *regexp.Regexp // nil when it does not compile (gojsonschema then never matches it)
+	insts int64          // its program size: gojsonschema compiles it, then runs it, for every key
+	sub   *plan
 }
 
 // buildPlan builds the plan of every subschema reachable from the root of
-// g, whose refs checkRefs has already resolved and bounded.
-func buildPlan(g *refGraph) *plan {
-	b := &planBuilder{g: g, done: map[string]*plan{}}
+// g, whose refs checkRefs has already resolved and bounded, and whose
+// regular expressions checkRegexps has parsed and bounded (rx).
+func buildPlan(g *refGraph, rx *regexps) *plan {
+	b := &planBuilder{g: g, rx: rx, done: map[string]*plan{}}
 	return b.node("")
 }
 
 type planBuilder struct {
 	g    *refGraph
+	rx   *regexps
 	done map[string]*plan
 }
 
@@ -109,8 +117,12 @@ func (b *planBuilder) node(ptr string) *plan {
 	}
 	if pats, ok := m["patternProperties"].(map[string]any); ok {
 		for _, expr := range sortedKeys(pats) {
-			re, _ := regexp.Compile(expr)
-			p.patterns = append(p.patterns, pattern{re: re, cost: 1 + len(expr)/8, sub: b.node(ptr + "/patternProperties/" + escapeToken(expr))})
+			info := b.rx.size(expr)
+			var re *regexp.Regexp
+			if info.ok && info.insts <= MaxPatternInsts {
+				re, _ = regexp.Compile(expr)
+			}
+			p.patterns = append(p.patterns, pattern{re: re, insts: info.insts, sub: b.node(ptr + "/patternProperties/" + escapeToken(expr))})
 		}
 	}
 	if sub, ok := schemaAt(m, "additionalProperties"); ok {
@@ -142,8 +154,46 @@ func (b *planBuilder) node(ptr string) *plan {
 			p.strings = true
 		}
 	}
+	if expr, ok := m["pattern"].(string); ok {
+		if info := b.rx.size(expr); info.ok {
+			p.pattern = info.insts
+		}
+	}
+	if f, ok := m["format"].(string); ok {
+		p.format = formatCost[f]
+		if p.format == 0 {
+			p.format = defaultFormatCost
+		}
+	}
 	return p
 }
+
+// formatCost is the cost of checking a string against a format, in units
+// per 64 bytes, measured on adversarial strings: up to ~131 ns per byte
+// for "uri-template", ~40 for "date-time", ~28 for "json-pointer", ~18
+// for "email"; "regex" parses the string (regexFormat), at up to ~8 µs
+// per byte. A string longer than MaxPatternBytes fails "regex" unparsed;
+// "hostname" runs its expression on 255 bytes at most (hostnameFormat).
+var formatCost = map[string]int64{
+	"uri-template": 9,
+	"date-time":    3,
+	"regex":        regexParseCost * 64,
+	"hostname":     1,
+	"uuid":         1,
+	"ipv4":         1,
+	"ipv6":         1,
+}
+
+// defaultFormatCost is formatCost's for the other formats (≤ 32 ns per byte).
+const defaultFormatCost = 2
+
+// regexParseCost is what parsing one byte of a regular expression may
+// cost, in units: up to ~8 µs and ~4.4 KiB (\pL).
+const regexParseCost = 8
+
+// matchCost is the cost in units of running a program of insts
+// instructions over n bytes: ~15 ns per instruction and byte at worst.
+func matchCost(insts int64, n int) int64 { return insts*int64(n+1)/64 + 1 }
 
 // schemaAt reports whether m[k] is a schema (an object or a boolean).
 func schemaAt(m map[string]any, k string) (string, bool) {
@@ -186,7 +236,11 @@ func (e *estimator) cost(p *plan, v any) bool {
 		}
 	}
 	if p.metaRef {
-		return e.add(metaRefPerValue * e.size(v))
+		// The meta-schemas parse the "pattern" values and the
+		// "patternProperties" keys they meet as regular expressions:
+		// every string is charged as one.
+		values, text := e.size(v)
+		return e.add(metaRefPerValue*values) && e.add(regexParseCost*text)
 	}
 	if p.pass {
 		return true
@@ -196,8 +250,10 @@ func (e *estimator) cost(p *plan, v any) bool {
 			return false
 		}
 	}
-	if p.marshal && !e.add(e.size(v)) {
-		return false
+	if p.marshal {
+		if values, _ := e.size(v); !e.add(values) {
+			return false
+		}
 	}
 	switch v := v.(type) {
 	case map[string]any:
@@ -205,20 +261,24 @@ func (e *estimator) cost(p *plan, v any) bool {
 	case []any:
 		return e.array(p, v)
 	case string:
-		if p.strings {
-			return e.add(int64(len(v)/64 + 1))
+		if p.strings && !e.add(int64(len(v)/64+1)) {
+			return false
+		}
+		if p.pattern > 0 && !e.add(matchCost(p.pattern, len(v))) {
+			return false
+		}
+		if p.format > 0 {
+			return e.add(p.format * int64(len(v)/64+1))
 		}
 	}
 	return true
 }
 
 func (e *estimator) object(p *plan, v map[string]any) bool {
-	// For every key, gojsonschema loops over all "properties" and
-	// compiles every pattern.
+	// For every key, gojsonschema loops over all "properties", and
+	// compiles and runs every pattern (charged below, before the estimate
+	// runs it too).
 	perKey := int64(len(p.props)/8 + 1)
-	for _, pt := range p.patterns {
-		perKey += int64(pt.cost)
-	}
 	if !e.add(perKey * int64(len(v))) {
 		return false
 	}
@@ -231,7 +291,7 @@ func (e *estimator) object(p *plan, v map[string]any) bool {
 			}
 		}
 		for _, pt := range p.patterns {
-			if !e.add(int64(len(k)/64 + 1)) {
+			if !e.add(pt.insts + matchCost(pt.insts, len(k))) {
 				return false
 			}
 			if pt.re != nil && pt.re.MatchString(k) {
@@ -275,9 +335,9 @@ func (e *estimator) array(p *plan, v []any) bool {
 	return true
 }
 
-// size counts the values of v (itself included), stopping once the
-// count alone would pass the budget.
-func (e *estimator) size(v any) int64 {
+// size counts the values of v (itself included), and the bytes of its
+// strings and keys, stopping once the count alone would pass the budget.
+func (e *estimator) size(v any) (values, text int64) {
 	left := e.budget - e.units + 1
 	var n int64
 	var walk func(any) bool
@@ -287,8 +347,11 @@ func (e *estimator) size(v any) int64 {
 			return false
 		}
 		switch v := v.(type) {
+		case string:
+			text += int64(len(v))
 		case map[string]any:
-			for _, c := range v {
+			for k, c := range v {
+				text += int64(len(k))
 				if !walk(c) {
 					return false
 				}
@@ -303,5 +366,5 @@ func (e *estimator) size(v any) int64 {
 		return true
 	}
 	walk(v)
-	return n
+	return n, text
 }

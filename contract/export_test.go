@@ -53,3 +53,13 @@ func Scan(doc []byte, big bool) (int, error) {
 	sh, err := scan(doc, big)
 	return sh.values, err
 }
+
+// ProgSize returns what checkRegexps takes for the program size of expr,
+// and whether it parses.
+func ProgSize(expr string) (int64, bool) {
+	info := sizeOf(expr)
+	return info.insts, info.ok
+}
+
+// Weight returns the estimated compiled size of s, what the cache counts.
+func Weight(s *Schema) int { return s.size }

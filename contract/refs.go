@@ -35,9 +35,12 @@ type refGraph struct {
 	ids   map[string]string                        // resolved "$id" (or "id") -> pointer
 	state map[string]int                           // DFS: 1 on the stack, 2 done
 	count map[string]int                           // subschemas applied, itself included
+	refs  []refText                                // every distinct "$ref" of the document
 }
 
-func checkRefs(doc any) (*refGraph, error) {
+// newRefGraph records the base URIs, "$id"s and "$ref"s of a schema
+// document, for resolving its references.
+func newRefGraph(doc any) *refGraph {
 	root, _ := gojsonreference.NewJsonReference("#")
 	g := &refGraph{
 		root:  doc,
@@ -47,16 +50,22 @@ func checkRefs(doc any) (*refGraph, error) {
 		count: map[string]int{},
 	}
 	g.scopes(doc, "", root)
+	collectRefs(doc, "", map[string]bool{}, &g.refs)
+	return g
+}
+
+// checkRefs checks the same-value edges of g's schema (see above).
+func checkRefs(g *refGraph) error {
 	nodes, err := g.schemas()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, ptr := range nodes {
 		if _, err := g.visit(ptr); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return g, nil
+	return nil
 }
 
 // schemas returns the pointers of the subschemas reachable from the root,

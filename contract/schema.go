@@ -25,7 +25,7 @@ import (
 // several goroutines.
 type Schema struct {
 	sum    [sha256.Size]byte
-	size   int
+	size   int // an estimate of the bytes it holds, compiled (weightOf)
 	schema *gojsonschema.Schema
 	plan   *plan  // what drives the cost of validating against it (cost.go)
 	src    []byte // the schema's bytes, for a validation child
@@ -38,13 +38,13 @@ type Schema struct {
 func (s *Schema) SHA256() string { return fmt.Sprintf("%x", s.sum) }
 
 // The compiled-schema cache is an LRU bounded both in entries and in the
-// bytes of the schemas it holds (their source; a compiled schema takes a few
-// times that): a worker sees few distinct schemas, each the constant of an
-// app's action, but schemas come from enqueuers, so the cache must not grow
-// without bound.
+// bytes its schemas hold compiled (estimated by weightOf from their source
+// and the programs of their regular expressions): a worker sees few
+// distinct schemas, each the constant of an app's action, but schemas come
+// from enqueuers, so the cache must not grow without bound.
 const (
 	cacheMaxEntries = 256
-	cacheMaxBytes   = 16 << 20
+	cacheMaxBytes   = 64 << 20
 )
 
 var cache = newLRU(cacheMaxEntries, cacheMaxBytes)
@@ -53,8 +53,16 @@ var cache = newLRU(cacheMaxEntries, cacheMaxBytes)
 // or draft-06; any other "$schema" is an error). Schemas are cached by the
 // SHA-256 of their bytes, so the same bytes are compiled once per process and
 // give the same *Schema, while they stay among the 256 most recently used
-// schemas and 16 MiB of schema bytes in all (a schema above 16 MiB alone is
-// compiled every time). Only successes are cached.
+// schemas and 64 MiB of compiled schemas in all (an estimate: 128 bytes per
+// byte of source, 64 per instruction of the programs of its regular
+// expressions; a schema above 64 MiB alone, 512 KiB of source, is compiled
+// every time). Only successes are cached.
+//
+// The regular expressions of a schema ("pattern", "patternProperties") are
+// bounded before anything compiles them: each at most MaxPatternBytes long
+// and MaxPatternInsts instructions, all together at most MaxSchemaInsts,
+// MaxPatterns and MaxSchemaRunes (regex.go); the error names the first
+// one past a bound by its JSON pointer.
 //
 // Schemas must be self-contained: a "$ref" is resolved only within the
 // schema itself (or to the draft-04/06/07 meta-schemas, which are built in);
@@ -73,7 +81,7 @@ func Compile(schema []byte) (*Schema, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.sum, s.size, s.src = sum, len(schema), append([]byte(nil), schema...)
+	s.sum, s.src = sum, append([]byte(nil), schema...)
 	// Another goroutine may have compiled the same bytes meanwhile: add
 	// keeps the first, so every caller gets the same *Schema.
 	return cache.add(s), nil
@@ -156,6 +164,16 @@ func compile(schema []byte) (*Schema, error) {
 	// to another document, refuses all but the meta-schemas. The
 	// SchemaLoader's own meta-schema check (Validate) is not used: it
 	// replaces that factory with one that reads files and fetches URLs.
+	// The shape and the regular expressions are bounded before anything
+	// walks or compiles them (shape.go, regex.go).
+	if err := checkShape(doc); err != nil {
+		return nil, err
+	}
+	g := newRefGraph(doc)
+	rx, err := checkRegexps(g)
+	if err != nil {
+		return nil, err
+	}
 	sl := gojsonschema.NewSchemaLoader()
 	sl.Draft = metaSchemas[meta] // what AutoDetect falls back on, as for https
 	sl.AutoDetect = true
@@ -164,8 +182,7 @@ func compile(schema []byte) (*Schema, error) {
 	if err != nil {
 		return nil, badSchema("%v", err)
 	}
-	g, err := checkRefs(doc)
-	if err != nil {
+	if err := checkRefs(g); err != nil {
 		return nil, err
 	}
 	if _, isBool := doc.(bool); !isBool {
@@ -173,7 +190,7 @@ func compile(schema []byte) (*Schema, error) {
 			return nil, err
 		}
 	}
-	return &Schema{schema: compiled, plan: buildPlan(g), bigNumbers: big}, nil
+	return &Schema{schema: compiled, plan: buildPlan(g, rx), bigNumbers: big, size: weightOf(len(schema), rx.total)}, nil
 }
 
 // checkMeta validates doc against the meta-schema named meta.

@@ -30,6 +30,9 @@ var (
 	// ErrDeadline: the task's deadline passed before validation ended;
 	// the caller fails the run (timeout).
 	ErrDeadline = errors.New("validation did not end before the task's deadline")
+	// ErrCanceled: the caller's context was canceled (the worker shuts
+	// down) while a child validated; the child was killed.
+	ErrCanceled = errors.New("validation canceled")
 )
 
 // Checker validates results with bounded work. Its zero value validates
@@ -42,10 +45,15 @@ type Checker struct {
 	Child *Child
 }
 
-// Child says how a validation child is started.
+// Child says how a validation child is started. A child parses untrusted
+// output: it is confined as a step is (see child_linux.go and Describe),
+// and killed at the deadline, or when the context of Check ends.
 type Child struct {
 	Path     string // default /proc/self/exe
 	UID, GID int    // the child's identity when >= 0 (the worker is root); -1 keeps the caller's
+	// Join, when set, puts the child (its pid) in a control group; it is
+	// called before the child reads its request.
+	Join func(pid int) error
 }
 
 // Check checks doc, a result that json.Valid accepted, against the
@@ -53,7 +61,9 @@ type Child struct {
 // numbers), and, when s is not nil, doc satisfies s. It returns the
 // violations (at most MaxViolations) and never spends more than the
 // bounds above: a validation that would cost more, or would end after
-// deadline (the zero time: none), fails with ErrTooCostly or ErrDeadline.
+// deadline (the zero time: none), fails with ErrTooCostly or ErrDeadline;
+// one that ctx cancels while a child runs it, with ErrCanceled. Check
+// returns at most about a second after the deadline or ctx's end.
 func (c *Checker) Check(ctx context.Context, s *Schema, doc []byte, deadline time.Time) ([]Violation, error) {
 	sh, err := scan(doc, s != nil && s.bigNumbers)
 	if err != nil {
@@ -109,14 +119,20 @@ type childRequest struct {
 	Schema   json.RawMessage `json:"schema"`
 	Doc      json.RawMessage `json:"doc"`
 	MaxUnits int64           `json:"max_units"`
+	Probe    bool            `json:"probe,omitempty"` // tests: answer what childProbe finds
 }
 
 // childResponse is what it writes on stdout.
 type childResponse struct {
-	Violations []Violation `json:"violations"`
-	TooCostly  string      `json:"too_costly,omitempty"`
-	Error      string      `json:"error,omitempty"`
+	Violations []Violation       `json:"violations"`
+	TooCostly  string            `json:"too_costly,omitempty"`
+	Error      string            `json:"error,omitempty"`
+	Probe      map[string]string `json:"probe,omitempty"`
 }
+
+// childProbe, set by this package's tests only, tries from inside a
+// validation child what its confinement must deny.
+var childProbe func() map[string]string
 
 // maxChildOutput bounds what is read of a child's answer: MaxViolations
 // violations of two 1 KiB texts each, and room for the JSON.
@@ -143,6 +159,9 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 }
 
 func validateChild(req childRequest) childResponse {
+	if req.Probe && childProbe != nil {
+		return childResponse{Probe: childProbe()}
+	}
 	s, err := Compile(req.Schema)
 	if err != nil {
 		return childResponse{Error: err.Error()}
@@ -156,7 +175,7 @@ func validateChild(req childRequest) childResponse {
 	}
 	e := &estimator{budget: req.MaxUnits}
 	if !e.cost(s.plan, v) {
-		return childResponse{TooCostly: fmt.Sprintf("validating the result would apply more than %d subschemas to its values", req.MaxUnits)}
+		return childResponse{TooCostly: fmt.Sprintf("validating the result would take more than %d units of work (subschemas applied to its values, regular expressions compiled and run over its strings)", req.MaxUnits)}
 	}
 	vs, err := s.validateDecoded(v)
 	if err != nil {

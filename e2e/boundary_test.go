@@ -292,6 +292,7 @@ func TestSyscallFilter(t *testing.T) {
 		"add_key": "EPERM", "io_uring_setup": "EPERM", "bpf": "EPERM", "userfaultfd": "EPERM",
 		"perf_event_open": "EPERM", "personality-exec": "EPERM", "socket-vsock": "EPERM",
 		"socket-packet": "EPERM", "socket-netlink-netfilter": "EPERM", "socket-vsock-highbits": "EPERM",
+		"socket-mptcp": "EPERM", "socket-mptcp6": "EPERM", "socket-mptcp-highbits": "EPERM",
 		"clone3": "ENOSYS",
 		// what programs need
 		"unshare-files": "ok", "fork": "ok", "personality-query": "ok", "socket-inet": "ok",

@@ -183,8 +183,10 @@ func TestEscapedProcessesDie(t *testing.T) {
 func TestStdoutFlood(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	// 20 MB is past the default limits.output_total (16 MiB): this
+	// spec raises it.
 	rec := b.run(`{"version": 1, "steps": [{"run": ["sh", "-c", "head -c 20000000 /dev/zero | tr '\\0' a; printf '\\377\\376' >&2"]}],
-		"limits": {"output": "4KiB"}}`)
+		"limits": {"output": "4KiB", "output_total": "32MiB"}}`)
 	st := stepOf(t, rec, 0)
 	if st.Verdict != record.VerdictOK {
 		t.Fatalf("want ok:\n%s", mustJSON(t, rec))

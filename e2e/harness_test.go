@@ -33,6 +33,9 @@ var bin struct {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(measureEnv) != "" {
+		os.Exit(measureChild()) // this binary re-executed as measuredRun's wrapper
+	}
 	dir, err := os.MkdirTemp("", "airlock-e2e-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

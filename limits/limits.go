@@ -151,6 +151,10 @@ type Set struct {
 	OpenFiles int      `json:"open_files,omitempty"` // RLIMIT_NOFILE
 	Output    Bytes    `json:"output,omitempty"`     // bytes of stdout and of stderr kept per step
 	Workspace Bytes    `json:"workspace,omitempty"`  // bytes on disk for the whole workspace
+	// OutputTotal is what a step may write to stdout and stderr
+	// together; past it the worker kills the step's whole tree (verdict
+	// output_limit). What is kept of each stream is still Output.
+	OutputTotal Bytes `json:"output_total,omitempty"`
 }
 
 // field describes one member of Set for generic parsing, merging and checks.
@@ -169,6 +173,7 @@ var fields = []field{
 	{"open_files", func(s *Set) int64 { return int64(s.OpenFiles) }, func(s *Set, v int64) { s.OpenFiles = int(v) }, 'n'},
 	{"output", func(s *Set) int64 { return int64(s.Output) }, func(s *Set, v int64) { s.Output = Bytes(v) }, 'b'},
 	{"workspace", func(s *Set) int64 { return int64(s.Workspace) }, func(s *Set, v int64) { s.Workspace = Bytes(v) }, 'b'},
+	{"output_total", func(s *Set) int64 { return int64(s.OutputTotal) }, func(s *Set, v int64) { s.OutputTotal = Bytes(v) }, 'b'},
 }
 
 func formatValue(f field, v int64) string {
@@ -286,6 +291,41 @@ type Policy struct {
 	// MaxInputBytes is the default and the maximum size of a download of
 	// a spec's inputs; 0 means DefaultMaxInputBytes.
 	MaxInputBytes Bytes `json:"max_input_bytes,omitempty"`
+	// MaxRecordBytes is the default and the maximum of what a run record
+	// keeps of its steps' stdout and stderr, all steps together (a spec's
+	// max_record_bytes may lower it); 0 means DefaultMaxRecordBytes.
+	MaxRecordBytes Bytes `json:"max_record_bytes,omitempty"`
+}
+
+// UnmarshalJSON reads a Policy. One published by a worker that predates
+// a limit has neither its default nor its maximum (output_total, whose
+// absence made such a worker reject a spec that names it): they are taken
+// from DefaultPolicy, so that the policy is coherent (Check) and an
+// enqueuer checks a spec against the built-in bounds.
+func (p *Policy) UnmarshalJSON(b []byte) error {
+	type plain Policy // without this method
+	var q plain
+	if err := json.Unmarshal(b, &q); err != nil {
+		return err
+	}
+	if q.Default.OutputTotal == 0 && q.Max.OutputTotal == 0 {
+		d := DefaultPolicy()
+		q.Default.OutputTotal, q.Max.OutputTotal = d.Default.OutputTotal, d.Max.OutputTotal
+	}
+	*p = Policy(q)
+	return nil
+}
+
+// DefaultMaxRecordBytes is the bound of a run record's kept output when
+// the operator sets none.
+const DefaultMaxRecordBytes Bytes = 1 << 20
+
+// RecordMax is the bound of a run record's kept output.
+func (p Policy) RecordMax() Bytes {
+	if p.MaxRecordBytes > 0 {
+		return p.MaxRecordBytes
+	}
+	return DefaultMaxRecordBytes
 }
 
 // DefaultMaxInputBytes is the size cap of one input download when the
@@ -306,10 +346,12 @@ func DefaultPolicy() Policy {
 		Default: Set{
 			CPUTime: Duration(30 * time.Second), Memory: 512 << 20, Processes: 64,
 			FileSize: 64 << 20, OpenFiles: 256, Output: 64 << 10, Workspace: 64 << 20,
+			OutputTotal: 16 << 20,
 		},
 		Max: Set{
 			CPUTime: Duration(10 * time.Minute), Memory: 4 << 30, Processes: 1024,
 			FileSize: 1 << 30, OpenFiles: 4096, Output: 4 << 20, Workspace: 1 << 30,
+			OutputTotal: 1 << 30,
 		},
 		DefaultTimeout: Duration(60 * time.Second),
 		MaxTimeout:     Duration(30 * time.Minute),

@@ -60,6 +60,7 @@ var members = []member{
 	{"open_files", func(s limits.Set) int64 { return int64(s.OpenFiles) }, func(s *limits.Set, v int64) { s.OpenFiles = int(v) }},
 	{"output", func(s limits.Set) int64 { return int64(s.Output) }, func(s *limits.Set, v int64) { s.Output = limits.Bytes(v) }},
 	{"workspace", func(s limits.Set) int64 { return int64(s.Workspace) }, func(s *limits.Set, v int64) { s.Workspace = limits.Bytes(v) }},
+	{"output_total", func(s limits.Set) int64 { return int64(s.OutputTotal) }, func(s *limits.Set, v int64) { s.OutputTotal = limits.Bytes(v) }},
 }
 
 func TestMembersCoverSet(t *testing.T) {
@@ -740,5 +741,58 @@ func TestPolicyResolve(t *testing.T) {
 	_, err = p.Resolve("limits", limits.Set{CPUTime: p.Max.CPUTime + limits.Duration(time.Second)})
 	if fe := fieldErr(t, err); !strings.Contains(fe.Msg, (p.Max.CPUTime + limits.Duration(time.Second)).String()) {
 		t.Errorf("Msg = %q, want the duration in Go syntax", fe.Msg)
+	}
+}
+
+// TestOutputTotalDefaults: a step may write 16 MiB to stdout and stderr
+// together by default, at most 1 GiB, and an operator sets both through
+// the flags' syntax.
+func TestOutputTotalDefaults(t *testing.T) {
+	p := limits.DefaultPolicy()
+	if p.Default.OutputTotal != 16<<20 || p.Max.OutputTotal != 1<<30 {
+		t.Errorf("output_total default %s, max %s; want 16MiB, 1GiB", p.Default.OutputTotal, p.Max.OutputTotal)
+	}
+	max, err := limits.Parse("-max-limits", "output_total=2GiB")
+	if err != nil || max.OutputTotal != 2<<30 {
+		t.Fatalf("Parse(output_total=2GiB) = %+v, %v", max, err)
+	}
+	if _, err := p.Resolve("limits", limits.Set{OutputTotal: 1<<30 + 1}); err == nil {
+		t.Error("a spec's output_total above the maximum was accepted")
+	}
+}
+
+// TestPolicyJSONWithoutOutputTotal: a policy published by a worker that
+// predates output_total reads as coherent, with the built-in default and
+// maximum; one that has them keeps its own.
+func TestPolicyJSONWithoutOutputTotal(t *testing.T) {
+	old := limits.DefaultPolicy()
+	old.Default.OutputTotal, old.Max.OutputTotal = 0, 0
+	old.Max.Memory = 1 << 30
+	b, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "output_total") {
+		t.Fatalf("the old policy names output_total: %s", b)
+	}
+	var p limits.Policy
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Check(); err != nil {
+		t.Errorf("an old worker's policy is incoherent once read: %v", err)
+	}
+	d := limits.DefaultPolicy()
+	if p.Default.OutputTotal != d.Default.OutputTotal || p.Max.OutputTotal != d.Max.OutputTotal || p.Max.Memory != 1<<30 {
+		t.Errorf("read %+v", p)
+	}
+	own := limits.DefaultPolicy()
+	own.Default.OutputTotal, own.Max.OutputTotal = 1<<20, 2<<20
+	b, _ = json.Marshal(own)
+	if err := json.Unmarshal(b, &p); err != nil || p.Default.OutputTotal != 1<<20 || p.Max.OutputTotal != 2<<20 {
+		t.Errorf("a policy with output_total read as %+v, %v", p, err)
+	}
+	if err := json.Unmarshal([]byte(`{"default": 3}`), &p); err == nil {
+		t.Error("a malformed policy was read")
 	}
 }

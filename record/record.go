@@ -47,10 +47,12 @@ const (
 	VerdictMemory         Verdict = "memory"          // the kernel killed a process of the step at its cgroup's memory limit (never emitted without a cgroup)
 	VerdictExecError      Verdict = "exec_error"      // the program could not be started
 	VerdictCanceled       Verdict = "canceled"        // the worker shut down mid-step
+	VerdictOutputLimit    Verdict = "output_limit"    // wrote more than limits.output_total to stdout and stderr together; the worker killed it
 	VerdictError          Verdict = "error"           // the worker failed; see error
 	VerdictSchema         Verdict = "schema"          // the result does not satisfy output.schema
 	VerdictOutput         Verdict = "output"          // the result or artifacts broke the contract (missing, not a regular file, too large, not JSON)
 	VerdictFetch          Verdict = "fetch"           // an input could not be downloaded (refused address, status, size, sha256, timeout)
+	VerdictPendingLimit   Verdict = "pending_limit"   // parking the output would take the bytes pending approvals hold in Redis past the worker's -max-pending-bytes
 )
 
 // Run is the record of one attempt of a task.
@@ -73,8 +75,12 @@ type Run struct {
 	Workspace Workspace  `json:"workspace"`
 	Inputs    []Input    `json:"inputs,omitempty"`
 	Steps     []Step     `json:"steps"`
-	Files     []File     `json:"files,omitempty"`
-	Egress    []Egress   `json:"egress,omitempty"`
+	// KeptOutput says what the record keeps of the steps' stdout and
+	// stderr against the run's bound; absent from records of workers
+	// without one.
+	KeptOutput *KeptOutput `json:"kept_output,omitempty"`
+	Files      []File      `json:"files,omitempty"`
+	Egress     []Egress    `json:"egress,omitempty"`
 
 	// Output contract and its fate. The result and artifacts themselves are
 	// never in the record: a run publishes nothing by itself.
@@ -156,6 +162,10 @@ type Isolation struct {
 	Tree     string `json:"tree"`          // e.g. "pid namespace" or "process group"
 	Rlimits  string `json:"rlimits"`       // e.g. "prlimit while stopped at exec (ptrace)"
 	Memory   string `json:"memory"`        // what limits memory and processes: a cgroup, or "off: RLIMIT_AS ... fallback"
+	// Validation says where the result is validated against output.schema:
+	// in the worker within the cost model's bound, else in a child process
+	// and how it is confined.
+	Validation string `json:"validation,omitempty"`
 }
 
 // Workspace is what the run's workspace used.
@@ -192,6 +202,23 @@ type Step struct {
 	StderrTruncated bool   `json:"stderr_truncated"`
 }
 
+// KeptOutput is what a run record keeps of its steps' stdout and stderr,
+// all steps and both streams together, against the run's bound.
+type KeptOutput struct {
+	// MaxBytes is the bound: the worker's -max-record-bytes, or the
+	// spec's max_record_bytes when lower.
+	MaxBytes int64 `json:"max_bytes"`
+	// Bytes is what the steps' stdout and stderr fields hold, as encoded
+	// in the record (JSON escapes and base64 included).
+	Bytes int64 `json:"bytes"`
+	// DroppedBytes is what the steps wrote and the record does not keep:
+	// past each stream's limits.output, or past the bound.
+	DroppedBytes int64 `json:"dropped_bytes"`
+	// Reached is true when the bound cut the output: from there on, the
+	// steps' bytes were counted (stdout_bytes, stderr_bytes), not kept.
+	Reached bool `json:"reached,omitempty"`
+}
+
 // Input is what the download of one of the spec's inputs did.
 type Input struct {
 	URL        string  `json:"url"`                 // without credentials or secret-looking query values
@@ -205,14 +232,17 @@ type Input struct {
 }
 
 // Egress is one connection a networked run's steps made through the
-// worker's egress proxy, allowed or not.
+// worker's egress proxy, allowed or not; or, with Count, several: those
+// refused before they named a destination, one entry per reason (Host
+// ""), and those past the listed ones (Host "(more)").
 type Egress struct {
 	Host      string `json:"host"`
 	Port      int    `json:"port"`
 	Allowed   bool   `json:"allowed"`
 	Reason    string `json:"reason,omitempty"` // why it was refused, or ended
-	BytesUp   int64  `json:"bytes_up"`
+	BytesUp   int64  `json:"bytes_up"`         // what the step sent, request head included
 	BytesDown int64  `json:"bytes_down"`
+	Count     int    `json:"count,omitempty"` // connections the entry stands for, when it aggregates
 }
 
 // File is one entry the run left under out/, read without following links.

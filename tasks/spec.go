@@ -61,6 +61,10 @@ type Spec struct {
 	Network        bool            `json:"network,omitempty"`
 	Output         *Output         `json:"output,omitempty"`
 	Approval       string          `json:"approval,omitempty"`
+	// MaxRecordBytes lowers the bound of what the run record keeps of the
+	// steps' stdout and stderr, all steps together; 0 takes the worker's
+	// (-max-record-bytes), which it may not exceed.
+	MaxRecordBytes limits.Bytes `json:"max_record_bytes,omitempty"`
 }
 
 // Step is one process run in the task's workspace. Steps run in order; a
@@ -202,6 +206,12 @@ func (s *Spec) Prepare(p limits.Policy) error {
 		return err
 	}
 	s.Limits = resolved
+	if s.MaxRecordBytes == 0 {
+		s.MaxRecordBytes = p.RecordMax()
+	} else if s.MaxRecordBytes > p.RecordMax() {
+		return &FieldError{Field: "max_record_bytes", Msg: fmt.Sprintf("%s is above the worker's maximum %s", s.MaxRecordBytes, p.RecordMax()),
+			Hint: "a spec may lower a bound, never raise it past the operator's -max-record-bytes"}
+	}
 	if s.Network && !p.AllowNetwork {
 		return &FieldError{Field: "network", Msg: "the worker's operator does not allow network for steps", Hint: "remove \"network\" or ask for a worker started with -allow-network"}
 	}

@@ -48,13 +48,14 @@ func ptr[T any](v T) *T { return &v }
 func testPolicy() limits.Policy {
 	p := limits.DefaultPolicy()
 	p.Default = limits.Set{
-		CPUTime:   limits.Duration(7 * time.Second),
-		Memory:    100 << 20,
-		Processes: 17,
-		FileSize:  3 << 20,
-		OpenFiles: 99,
-		Output:    5 << 10,
-		Workspace: 11 << 20,
+		CPUTime:     limits.Duration(7 * time.Second),
+		Memory:      100 << 20,
+		Processes:   17,
+		FileSize:    3 << 20,
+		OpenFiles:   99,
+		Output:      5 << 10,
+		Workspace:   11 << 20,
+		OutputTotal: 13 << 20,
 	}
 	p.DefaultTimeout = limits.Duration(42 * time.Second)
 	p.MaxTimeout = limits.Duration(5 * time.Minute)
@@ -230,10 +231,11 @@ const fullSpec = `{
 		{"name": "prep", "run": ["python3", "main.py"], "stdin": "hello", "timeout": "30s", "env": {"MODE": "fast", "_X1": ""}},
 		{"run": ["sh", "-c", "ls out"]}
 	],
-	"limits": {"cpu_time": "10s", "memory": "256MiB", "processes": 32, "file_size": 1048576, "open_files": 128, "output": "64KiB", "workspace": "1GB"},
+	"limits": {"cpu_time": "10s", "memory": "256MiB", "processes": 32, "file_size": 1048576, "open_files": 128, "output": "64KiB", "workspace": "1GB", "output_total": "32MiB"},
 	"network": true,
 	"output": {"result": "out/result.json", "schema": {"type": "object"}, "artifacts": ["out/*.csv", "report.pdf"]},
-	"approval": "always"
+	"approval": "always",
+	"max_record_bytes": "64KiB"
 }`
 
 func fullSpecWant() *tasks.Spec {
@@ -252,10 +254,12 @@ func fullSpecWant() *tasks.Spec {
 		Limits: limits.Set{
 			CPUTime: limits.Duration(10 * time.Second), Memory: 256 << 20, Processes: 32,
 			FileSize: 1 << 20, OpenFiles: 128, Output: 64 << 10, Workspace: 1e9,
+			OutputTotal: 32 << 20,
 		},
-		Network:  true,
-		Output:   &tasks.Output{Result: "out/result.json", Schema: json.RawMessage(`{"type": "object"}`), Artifacts: []string{"out/*.csv", "report.pdf"}},
-		Approval: tasks.ApprovalAlways,
+		Network:        true,
+		Output:         &tasks.Output{Result: "out/result.json", Schema: json.RawMessage(`{"type": "object"}`), Artifacts: []string{"out/*.csv", "report.pdf"}},
+		Approval:       tasks.ApprovalAlways,
+		MaxRecordBytes: 64 << 10,
 	}
 }
 
@@ -328,7 +332,8 @@ func TestPrepareFillsDefaults(t *testing.T) {
 			{Name: "named", Run: []string{"b"}},
 			{Name: "step-3", Run: []string{"c"}},
 		},
-		Limits: p.Default,
+		Limits:         p.Default,
+		MaxRecordBytes: limits.DefaultMaxRecordBytes,
 	}
 	if diff := cmp.Diff(want, s); diff != "" {
 		t.Errorf("Prepare mismatch (-want +got):\n%s", diff)
@@ -360,6 +365,8 @@ func TestPrepareKeepsGivenValues(t *testing.T) {
 		Steps:    []tasks.Step{{Name: "x", Run: []string{"a"}, Timeout: p.MaxTimeout}},
 		Limits:   limits.Set{Memory: p.Max.Memory, Processes: 1},
 		Approval: tasks.ApprovalAuto,
+		// At the worker's maximum: kept as given.
+		MaxRecordBytes: limits.DefaultMaxRecordBytes,
 	}
 	want := clone(t, s)
 	want.Limits = limits.Set{Memory: p.Max.Memory, Processes: 1}.Merge(p.Default)
@@ -436,6 +443,7 @@ func TestPrepareRejects(t *testing.T) {
 		{"timeout above max", func(s *tasks.Spec, p limits.Policy) { s.Timeout = p.MaxTimeout + 1 }, "timeout"},
 		{"max_retry negative", func(s *tasks.Spec, _ limits.Policy) { s.MaxRetry = ptr(-1) }, "max_retry"},
 		{"max_retry above cap", func(s *tasks.Spec, _ limits.Policy) { s.MaxRetry = ptr(26) }, "max_retry"},
+		{"max_record_bytes above the worker's", func(s *tasks.Spec, p limits.Policy) { s.MaxRecordBytes = p.RecordMax() + 1 }, "max_record_bytes"},
 		{"step timeout above task timeout", func(s *tasks.Spec, _ limits.Policy) {
 			s.Timeout = limits.Duration(time.Minute)
 			s.Steps[0].Timeout = s.Timeout + 1
@@ -554,6 +562,7 @@ var limitSetters = []struct {
 	{"open_files", func(s limits.Set) int64 { return int64(s.OpenFiles) }, func(s *limits.Set, v int64) { s.OpenFiles = int(v) }},
 	{"output", func(s limits.Set) int64 { return int64(s.Output) }, func(s *limits.Set, v int64) { s.Output = limits.Bytes(v) }},
 	{"workspace", func(s limits.Set) int64 { return int64(s.Workspace) }, func(s *limits.Set, v int64) { s.Workspace = limits.Bytes(v) }},
+	{"output_total", func(s limits.Set) int64 { return int64(s.OutputTotal) }, func(s *limits.Set, v int64) { s.OutputTotal = limits.Bytes(v) }},
 }
 
 func TestLimitSettersCoverSet(t *testing.T) {

@@ -67,6 +67,7 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 		return outcome{}
 	}
 	rec.RunID, rec.Queue, rec.MaxRetry, rec.Limits = spec.RunID, spec.Queue, *spec.MaxRetry, spec.Limits
+	rec.KeptOutput = &record.KeptOutput{MaxBytes: int64(spec.MaxRecordBytes)}
 	w.log.Info().Str("task_id", rec.TaskID).Int("attempt", rec.Attempt).Str("run_id", spec.RunID).
 		Str("queue", spec.Queue).Int("steps", len(spec.Steps)).Int("inputs", len(spec.Inputs)).Msg("task start")
 	sec, err := w.secretSrc.Load(spec.Secrets)
@@ -133,6 +134,8 @@ func (w *Worker) report(ctx context.Context, rec *record.Run, out outcome) error
 		}
 	}
 	redact(rec, out.secrets)
+	boundOutput(rec) // after redact, which may lengthen text
+	boundRest(rec)
 	// A final state is the run's event, stored with the record: one that
 	// asynq will retry says nothing yet.
 	final := out.err == nil && !out.retry

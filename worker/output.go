@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
+	"github.com/airlock-run/airlock/internal/cgroup"
 	"github.com/airlock-run/airlock/internal/collect"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/policy"
@@ -37,6 +39,9 @@ type checked struct {
 	// leaked names the run's secrets found (and redacted) in leakedIn.
 	leaked   []string
 	leakedIn string
+
+	// canceled: the worker shut down while a child validated the result.
+	canceled bool
 }
 
 // output applies the output contract to a run whose steps all succeeded
@@ -45,7 +50,10 @@ type checked struct {
 // (settle). It fills the record.
 func (w *Worker) output(ctx context.Context, j *job, ws *tmpfs.Workspace, deadline time.Time) outcome {
 	spec, rec := j.spec, j.rec
-	c := w.check(ctx, spec, ws, deadline, j.slot.uidN)
+	c := w.check(ctx, spec, ws, deadline, j.slot)
+	if c.canceled {
+		return outcome{err: errHandedBack}
+	}
 	if c.verdict == "" {
 		c.scrub(j.secrets)
 	}
@@ -94,7 +102,7 @@ func (c *checked) scrub(s *secrets.Set) {
 
 // check reads the result and validates it (within the task's deadline),
 // then collects the artifacts.
-func (w *Worker) check(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspace, deadline time.Time, uid int) checked {
+func (w *Worker) check(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspace, deadline time.Time, s *slot) checked {
 	out := spec.Output
 	var c checked
 	fail := func(v record.Verdict, msg string) checked {
@@ -113,8 +121,11 @@ func (w *Worker) check(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspac
 				return fail(record.VerdictSchema, "output.schema: "+err.Error())
 			}
 		}
-		vs, err := w.checker(uid).Check(ctx, schema, c.result, deadline)
+		vs, err := w.checker(s).Check(ctx, schema, c.result, deadline)
 		switch {
+		case errors.Is(err, contract.ErrCanceled):
+			c.canceled = true
+			return c
 		case errors.Is(err, contract.ErrDeadline):
 			return fail(record.VerdictTimeout, fmt.Sprintf("output.result: %v (task timeout %s)", err, spec.Timeout))
 		case errors.Is(err, contract.ErrTooCostly):
@@ -136,13 +147,30 @@ func (w *Worker) check(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspac
 }
 
 // checker validates results: in the worker when cheap, else in a child
-// (this binary re-executed) running as uid when the worker is root.
-func (w *Worker) checker(uid int) *contract.Checker {
+// (this binary re-executed, confined as a step: see contract.Child) running
+// as the slot's uid when the worker is root, in the slot's control group
+// when it has one.
+func (w *Worker) checker(s *slot) *contract.Checker {
 	c := &contract.Child{UID: -1, GID: -1}
 	if os.Geteuid() == 0 {
-		c.UID, c.GID = uid, uid
+		c.UID, c.GID = s.uidN, s.uidN
+	}
+	if g := s.group; g != nil {
+		c.Join = func(pid int) error { return joinGroup(g, pid) }
 	}
 	return &contract.Checker{Child: c}
+}
+
+// joinGroup puts a validation child in a slot's control group, with the
+// limits of the task's last step: on cgroup v2 the whole process, on v1
+// its main thread, whose group its memory is charged to.
+func joinGroup(g *cgroup.Group, pid int) error {
+	for _, f := range g.Join() {
+		if _, err := f.WriteAt([]byte(strconv.Itoa(pid)), 0); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // decide asks the risk policy.
@@ -185,6 +213,14 @@ func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, 
 	stored, created, err := w.quiet.Park(ctx, a, c.artifacts.Data)
 	if errors.Is(err, approve.ErrTooLarge) {
 		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictOutput, "output.artifacts: "+err.Error()
+		return outcome{}
+	}
+	if errors.Is(err, approve.ErrPendingFull) {
+		// Nothing of another run's is evicted: this run fails, and its
+		// caller may enqueue it again once approvers have drained the
+		// queue.
+		rec.State, rec.Verdict = record.StateFailed, record.VerdictPendingLimit
+		rec.Error = err.Error() + " (ask an approver to decide pending approvals, or the operator to raise -max-pending-bytes)"
 		return outcome{}
 	}
 	if err != nil {

@@ -119,7 +119,7 @@ func (w *Worker) prepareSlot(i int, root bool) (*slot, sandbox.SlotConfig, error
 		if err != nil {
 			return s, cfg, fmt.Errorf("worker: slot %d: %w", i, err)
 		}
-		cfg.Cgroup = g
+		cfg.Cgroup, s.group = g, g
 	}
 	return s, cfg, nil
 }

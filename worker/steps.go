@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-run/airlock/internal/egress"
 	"github.com/airlock-run/airlock/internal/fetch"
 	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/airlock-run/airlock/tmpfs"
@@ -39,7 +40,7 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 		rec.Isolation.Root, rec.Isolation.Landlock, rec.Isolation.Seccomp = net.Root, net.Landlock, net.Seccomp
 		rec.Isolation.IPC, rec.Isolation.Keys, rec.Isolation.FDs = net.IPC, net.Keys, net.FDs
 		rec.Isolation.Network = w.egressLine()
-		er := egress.NewRun(w.egress, w.cfg.EgressMaxBytes)
+		er := egress.NewRun(w.egress, egress.Limits{MaxBytes: w.cfg.EgressMaxBytes, MaxConns: w.cfg.EgressMaxConns, IdleTimeout: w.cfg.EgressIdleTimeout})
 		s.egressRun.Store(er)
 		defer func() {
 			s.egressRun.Store(nil)
@@ -114,6 +115,16 @@ type stepsResult struct {
 func (w *Worker) runSteps(ctx context.Context, j *job, box *sandbox.Slot, ws *tmpfs.Workspace, deadline time.Time) (stepsResult, error) {
 	spec, rec := j.spec, j.rec
 	r := stepsResult{records: []record.Step{}, state: record.StateCompleted, verdict: record.VerdictOK}
+	// What the record keeps of the steps' output, all steps together, is
+	// taken from one budget while it is read.
+	keep := sandbox.NewKeepBudget(int64(spec.MaxRecordBytes))
+	defer func() {
+		for _, st := range r.records {
+			if keep.Left() <= 0 && (st.StdoutTruncated || st.StderrTruncated) {
+				rec.KeptOutput.Reached = true
+			}
+		}
+	}()
 	cpu := time.Duration(spec.Limits.CPUTime)
 	for i, st := range spec.Steps {
 		timeout := min(spec.StepTimeout(i), time.Until(deadline))
@@ -135,12 +146,12 @@ func (w *Worker) runSteps(ctx context.Context, j *job, box *sandbox.Slot, ws *tm
 		}
 		res, err := box.Run(ctx, sandbox.Step{
 			Argv: st.Run, Env: env, Stdin: st.Stdin,
-			Limits: spec.Limits, Timeout: max(timeout, 0),
+			Limits: spec.Limits, Timeout: max(timeout, 0), Keep: keep,
 		})
 		// What a step printed of a secret is redacted before it is
 		// encoded for the record.
-		res.Stdout.Data, _ = j.secrets.RedactBytes(res.Stdout.Data)
-		res.Stderr.Data, _ = j.secrets.RedactBytes(res.Stderr.Data)
+		res.Stdout.Data = redactCaptured(j.secrets, res.Stdout)
+		res.Stderr.Data = redactCaptured(j.secrets, res.Stderr)
 		if err != nil {
 			if errors.Is(err, sandbox.ErrHelperDied) {
 				// Keep the step, and what it wrote, in the record.
@@ -170,6 +181,18 @@ func (w *Worker) runSteps(ctx context.Context, j *job, box *sandbox.Slot, ws *tm
 		}
 	}
 	return r, nil
+}
+
+// redactCaptured is what the record may keep of a captured stream: the
+// run's secrets redacted and, when the stream was cut at its cap or the
+// run's budget, no tail that begins a secret (cut there, it would escape
+// redaction).
+func redactCaptured(s *secrets.Set, c sandbox.Capture) []byte {
+	b, _ := s.RedactBytes(c.Data)
+	if c.Truncated {
+		b = s.TrimCut(b)
+	}
+	return b
 }
 
 // stepRecord turns a sandbox result into the step's record and verdict.
@@ -202,6 +225,10 @@ func classify(r sandbox.Result, workspaceFull bool, cpuLimit time.Duration) reco
 		return record.VerdictExecError
 	case r.Canceled:
 		return record.VerdictCanceled
+	case r.OutputLimit:
+		// The worker killed the step's tree: it wrote more than
+		// limits.output_total; whatever else it met after, that ended it.
+		return record.VerdictOutputLimit
 	case r.OOMKills > 0:
 		// The kernel killed a process of the step at its cgroup's memory
 		// limit: whatever the step did next (exit, hang until its

@@ -98,18 +98,27 @@ type Config struct {
 	FetchTimeout time.Duration
 	// EgressAllow is what a networked run's steps may reach through the
 	// worker's proxy (-egress-allow: IP, CIDR, host, *.domain); nothing
-	// when empty. EgressMaxBytes caps a run's egress, both ways; default
-	// 256 MiB.
-	EgressAllow    []string
-	EgressMaxBytes int64
+	// when empty. EgressMaxBytes caps a run's egress, both ways, request
+	// heads included; default 256 MiB. EgressMaxConns caps a run's
+	// connections to the proxy open at once; default 64.
+	// EgressIdleTimeout closes a connection on which nothing moved for
+	// that long; default 30s.
+	EgressAllow       []string
+	EgressMaxBytes    int64
+	EgressMaxConns    int
+	EgressIdleTimeout time.Duration
 
 	// Output: contract, risk policy, approvals, promotion.
-	RiskPolicy    *policy.Policy  // default policy.NoPolicy(): every output is parked
-	Sink          promote.Sink    // default promote.FS{Dir: "airlock-store"}
-	ApprovalTTL   time.Duration   // pending approvals expire after it; default 72h
-	Artifacts     contract.Limits // caps of result and artifacts; defaults in contract
-	MaxStaged     int64           // staged artifact bytes per approval; default 32 MiB
-	SweepInterval time.Duration   // approval expiry and promotion catch-up; default 10s
+	RiskPolicy  *policy.Policy  // default policy.NoPolicy(): every output is parked
+	Sink        promote.Sink    // default promote.FS{Dir: "airlock-store"}
+	ApprovalTTL time.Duration   // pending approvals expire after it; default 72h
+	Artifacts   contract.Limits // caps of result and artifacts; defaults in contract
+	MaxStaged   int64           // staged artifact bytes per approval; default 32 MiB
+	// MaxPending bounds the staged bytes all approvals that hold them
+	// keep in Redis together (approve.Options.MaxPendingBytes); 0 takes
+	// its default, negative sets no bound.
+	MaxPending    int64
+	SweepInterval time.Duration // approval expiry and promotion catch-up; default 10s
 
 	// Observer, when set, is told of every finished attempt, promotion
 	// task and Redis error the worker does not otherwise surface
@@ -173,6 +182,7 @@ type slot struct {
 	uid     *sandbox.UIDLease
 	uidN    int
 	area    *tmpfs.Slot   // the slot's workspace
+	group   *cgroup.Group // the slot's control group; nil without
 	box     *sandbox.Slot // network off
 	netBox  *sandbox.Slot // network on, started on first use when allowed
 	netCfg  sandbox.SlotConfig
@@ -250,6 +260,12 @@ func (c *Config) defaults() {
 	if c.EgressMaxBytes <= 0 {
 		c.EgressMaxBytes = 256 << 20
 	}
+	if c.EgressMaxConns <= 0 {
+		c.EgressMaxConns = egress.DefaultMaxConns
+	}
+	if c.EgressIdleTimeout <= 0 {
+		c.EgressIdleTimeout = egress.DefaultIdleTimeout
+	}
 }
 
 // New probes the isolation tiers, sweeps what a killed worker left in the
@@ -319,7 +335,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.isolation = w.describe(root)
-	w.approvals = approve.NewStore(cfg.Redis, approve.Options{Prefix: cfg.Prefix, TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged})
+	w.approvals = approve.NewStore(cfg.Redis, approve.Options{Prefix: cfg.Prefix, TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged, MaxPendingBytes: cfg.MaxPending})
 	w.quiet = w.approvals.Quiet()
 	w.promoter = &promote.Promoter{Store: w.approvals, Sink: cfg.Sink, Worker: w.name + " " + Version}
 	w.inline = &promote.Promoter{Store: w.quiet, Sink: cfg.Sink, Worker: w.name + " " + Version}
@@ -423,11 +439,13 @@ func (s *slot) renew(w *Worker) {
 	}
 }
 
-// serveEgress serves a connection a step made to its proxy port, with the
-// egress of the run in progress; none is refused.
+// serveEgress takes a connection a step made to its proxy port, for the
+// egress of the run in progress, which refuses it at once past its limits
+// or serves it in a goroutine of its own; without a run, it is closed. It
+// never blocks (sandbox.Config.Egress).
 func (s *slot) serveEgress(c net.Conn) {
 	if r := s.egressRun.Load(); r != nil {
-		r.Serve(c)
+		r.Accept(c)
 		return
 	}
 	c.Close()
@@ -448,6 +466,7 @@ func (w *Worker) describe(root bool) record.Isolation {
 	iso.Quota = w.ws.Mechanism()
 	iso.Rlimits = "prlimit while stopped at exec (ptrace)"
 	iso.Memory = w.memory
+	iso.Validation = w.checker(w.all[0]).Child.Describe()
 	if root {
 		iso.User = fmt.Sprintf("uid per slot from %d", w.cfg.UIDFirst)
 		iso.Network = "network namespace (loopback only)"
@@ -583,8 +602,10 @@ func (w *Worker) Slots() (busy, total int) {
 }
 
 // Run serves tasks until ctx is canceled, then shuts down gracefully: it
-// stops taking tasks, kills running steps' process trees, hands unfinished
-// tasks back to their queue, and removes their workspaces.
+// stops taking tasks, kills running steps' process trees and validation
+// children, hands unfinished tasks back to their queue, and removes their
+// workspaces. It returns within ShutdownTimeout plus Grace of ctx's end
+// (and the removal of the slots), whatever the tasks do.
 func (w *Worker) Run(ctx context.Context) error {
 	defer func() {
 		w.closeSlots()
@@ -625,11 +646,27 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	w.serving.Store(false)
 	w.log.Info().Msg("shutting down: no new tasks, running steps are killed and handed back")
-	srv.Stop()
 	w.stopOnce.Do(func() { close(w.stopping) })
-	srv.Shutdown()
-	w.inflight.Wait()
-	w.log.Info().Msg("worker stopped")
+	// Running steps and validation children are killed now; asynq waits
+	// up to the shutdown timeout for the handlers, which end within the
+	// grace. Whatever still runs past both is left behind: the worker
+	// stops in time, always (asynq hands the task back once its lease
+	// expires).
+	limit := time.NewTimer(w.cfg.ShutdownTimeout + w.cfg.Grace)
+	defer limit.Stop()
+	stopped := make(chan struct{})
+	go func() {
+		srv.Stop()
+		srv.Shutdown()
+		w.inflight.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		w.log.Info().Msg("worker stopped")
+	case <-limit.C:
+		w.log.Error().Dur("after", w.cfg.ShutdownTimeout+w.cfg.Grace).Msg("tasks still running past -shutdown-timeout and -grace: stopping without them")
+	}
 	return nil
 }
 
@@ -654,5 +691,5 @@ func (w *Worker) egressLine() string {
 	if len(w.cfg.EgressAllow) > 0 {
 		allow = strings.Join(w.cfg.EgressAllow, ", ")
 	}
-	return fmt.Sprintf("own network namespace (loopback only); out only through the worker's HTTP proxy at %s, to %s; refused ranges and the worker's Redis refused; no DNS, no UDP; %d bytes at most", egress.URL, allow, w.cfg.EgressMaxBytes)
+	return fmt.Sprintf("own network namespace (loopback only); out only through the worker's HTTP proxy at %s, to %s; refused ranges and the worker's Redis refused; no DNS, no UDP; %d bytes at most, request heads of 64 KiB, %d connections at once, closed after %s idle", egress.URL, allow, w.cfg.EgressMaxBytes, w.cfg.EgressMaxConns, w.cfg.EgressIdleTimeout)
 }

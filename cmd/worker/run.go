@@ -28,6 +28,7 @@ import (
 	csvreport "github.com/airlock-run/airlock/examples/csv-report"
 	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/internal/devredis"
+	"github.com/airlock-run/airlock/internal/egress"
 	"github.com/airlock-run/airlock/internal/metrics"
 	"github.com/airlock-run/airlock/internal/redisconn"
 	"github.com/airlock-run/airlock/internal/redislog"
@@ -49,8 +50,11 @@ type options struct {
 	approvalTTL, sweepInterval                                  time.Duration
 	maxArtifacts                                                int
 	maxArtifactBytes, maxResultBytes, maxStaged                 string
+	maxPending, maxRecord                                       string
 	roBinds, fetchAllow, egressAllow                            stringList
 	egressMax                                                   string
+	egressMaxConns                                              int
+	egressIdle                                                  time.Duration
 	secretsDir, fetchMax                                        string
 	fetchTimeout                                                time.Duration
 	httpAddr                                                    string // -metrics-addr: health and metrics endpoints
@@ -92,7 +96,9 @@ flags:
 	fs.DurationVar(&o.maxTimeout, "max-timeout", time.Duration(def.MaxTimeout), "maximum task timeout a spec may ask for")
 	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let specs that ask for it (network: true) reach what -egress-allow opens, through the worker's HTTP proxy (never the host network)")
 	fs.Var(&o.egressAllow, "egress-allow", "IP, CIDR, HOST or *.domain a networked run may reach through the proxy (repeatable; nothing when none; refused ranges only by IP or CIDR)")
-	fs.StringVar(&o.egressMax, "egress-max-bytes", "256MiB", "bytes a networked run may move through the proxy, both ways")
+	fs.StringVar(&o.egressMax, "egress-max-bytes", "256MiB", "bytes a networked run may move through the proxy, both ways, request heads included")
+	fs.IntVar(&o.egressMaxConns, "egress-max-conns", egress.DefaultMaxConns, "connections a networked run may hold open to the proxy at once; past it new ones are refused at once")
+	fs.DurationVar(&o.egressIdle, "egress-idle-timeout", egress.DefaultIdleTimeout, "close a proxy connection on which nothing moved, either way, for this long (a request head must arrive within 10s, or this when shorter)")
 	fs.StringVar(&o.isolation, "isolation", worker.Strict, "strict: refuse to start when a tier is missing; best-effort: warn and run")
 	fs.StringVar(&o.uidRange, "uid-range", "200000-209999", "uids for the slots (each slot takes a free one)")
 	fs.StringVar(&o.uidLockDir, "uid-lock-dir", "/run/airlock/uids", "lock files that keep two workers off one uid")
@@ -116,6 +122,8 @@ flags:
 	fs.StringVar(&o.maxArtifactBytes, "max-artifact-bytes", "32MiB", "total artifact bytes per run")
 	fs.StringVar(&o.maxResultBytes, "max-result-bytes", "1MiB", "size of output.result")
 	fs.StringVar(&o.maxStaged, "max-staged-bytes", "32MiB", "artifact bytes staged in Redis per approval")
+	fs.StringVar(&o.maxPending, "max-pending-bytes", "256MiB", "bytes (results and artifacts) all approvals not yet decided or published may hold in Redis together; a park past it fails with verdict pending_limit (0: no bound)")
+	fs.StringVar(&o.maxRecord, "max-record-bytes", limits.DefaultMaxRecordBytes.String(), "bytes of steps' stdout and stderr a run record keeps, all steps together (a spec may lower it: max_record_bytes); past it output is counted, not kept")
 	fs.StringVar(&o.logFormat, "log-format", "json", "json or console")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn, error")
 	fs.StringVar(&o.httpAddr, "metrics-addr", "", "serve /healthz, /readyz and /metrics (Prometheus) on this address, e.g. :9090 or 127.0.0.1:9090 (off when empty)")
@@ -227,6 +235,11 @@ flags:
 			defer cancel()
 			return st.Count(c, approve.StatePending)
 		})
+		m.SetPendingBytes(func() (int64, error) {
+			c, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			return st.PendingBytes(c)
+		})
 	}
 	if o.dev {
 		go demo(ctx, rdb, o.prefix, partner.url, stdout, log)
@@ -255,13 +268,23 @@ func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config
 	if err != nil || egressMax <= 0 {
 		return worker.Config{}, fmt.Errorf("-egress-max-bytes: %q is not a positive size", o.egressMax)
 	}
+	if o.egressMaxConns <= 0 {
+		return worker.Config{}, fmt.Errorf("-egress-max-conns: %d is not a positive count", o.egressMaxConns)
+	}
+	if o.egressIdle <= 0 {
+		return worker.Config{}, fmt.Errorf("-egress-idle-timeout: %s is not a positive duration", o.egressIdle)
+	}
 	fetchMax, err := limits.ParseBytes(o.fetchMax)
 	if err != nil || fetchMax <= 0 {
 		return worker.Config{}, fmt.Errorf("-fetch-max-bytes: %q is not a positive size", o.fetchMax)
 	}
+	recordMax, err := limits.ParseBytes(o.maxRecord)
+	if err != nil || recordMax <= 0 {
+		return worker.Config{}, fmt.Errorf("-max-record-bytes: %q is not a positive size", o.maxRecord)
+	}
 	pol := limits.Policy{
-		MaxInputBytes: fetchMax,
-		Default:       def.Merge(base.Default.Clamp(max)), Max: max,
+		MaxInputBytes: fetchMax, MaxRecordBytes: recordMax,
+		Default: def.Merge(base.Default.Clamp(max)), Max: max,
 		DefaultTimeout: limits.Duration(min(o.timeout, o.maxTimeout)), MaxTimeout: limits.Duration(o.maxTimeout),
 		AllowNetwork: o.allowNetwork,
 	}
@@ -293,23 +316,32 @@ func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config
 	if err != nil {
 		return worker.Config{}, fmt.Errorf("-store: %w", err)
 	}
-	var sizes [3]limits.Bytes
-	for i, f := range []struct{ name, v string }{{"-max-artifact-bytes", o.maxArtifactBytes}, {"-max-result-bytes", o.maxResultBytes}, {"-max-staged-bytes", o.maxStaged}} {
+	var sizes [4]limits.Bytes
+	for i, f := range []struct{ name, v string }{{"-max-artifact-bytes", o.maxArtifactBytes}, {"-max-result-bytes", o.maxResultBytes}, {"-max-staged-bytes", o.maxStaged}, {"-max-pending-bytes", o.maxPending}} {
 		if sizes[i], err = limits.ParseBytes(f.v); err != nil {
 			return worker.Config{}, fmt.Errorf("%s: %w", f.name, err)
 		}
 	}
 	return worker.Config{
 		Prefix: o.prefix, RiskPolicy: risk, Sink: sink, ApprovalTTL: o.approvalTTL,
-		SweepInterval: o.sweepInterval, MaxStaged: int64(sizes[2]),
+		SweepInterval: o.sweepInterval, MaxStaged: int64(sizes[2]), MaxPending: pendingBound(sizes[3]),
 		Artifacts:   contract.Limits{MaxCount: o.maxArtifacts, MaxBytes: int64(sizes[0]), MaxResult: int64(sizes[1])},
 		Concurrency: o.concurrency, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
 		Isolation: o.isolation, UIDFirst: first, UIDCount: count, UIDLockDir: o.uidLockDir,
 		Landlock: &landlock, Cgroup: o.cgroupMode, ROBinds: o.roBinds,
 		SecretsDir: o.secretsDir, FetchAllow: o.fetchAllow, FetchTimeout: o.fetchTimeout,
-		EgressAllow: o.egressAllow, EgressMaxBytes: int64(egressMax), MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
+		EgressAllow: o.egressAllow, EgressMaxBytes: int64(egressMax), EgressMaxConns: o.egressMaxConns, EgressIdleTimeout: o.egressIdle, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
 		ShutdownTimeout: o.shutdownTimeout, Grace: o.grace, Logger: log,
 	}, nil
+}
+
+// pendingBound is worker.Config.MaxPending for -max-pending-bytes: 0 there
+// means no bound.
+func pendingBound(b limits.Bytes) int64 {
+	if b == 0 {
+		return -1
+	}
+	return int64(b)
 }
 
 // lookupGroup resolves a group name or number to a gid other than 0.

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // open opens a Manager on this machine, or skips: the tests need a
@@ -237,6 +239,134 @@ func BenchmarkStep(b *testing.B) {
 		}
 		if _, err := g.Usage(mark); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestRenew (cgroup v1): a group that holds the page cache of an earlier
+// step is stale; one that holds only tmpfs files (a workspace's) is not.
+// Renew gives the steps the spare group, with new Join descriptors, its
+// limits written again by Set, and a peak that starts near zero; coming
+// back to the first group empties it of what it still held. Close removes
+// both.
+func TestRenew(t *testing.T) {
+	m := open(t)
+	if m.Version() != V1 {
+		t.Skipf("%s: steps' groups are renewed on cgroup v1 only", m.Describe())
+	}
+	g, err := m.NewGroup("t4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Set(256<<20, 8); err != nil {
+		t.Fatal(err)
+	}
+	if stale, err := g.Stale(); err != nil || stale {
+		t.Fatalf("a new group: stale %v, %v", stale, err)
+	}
+	// A file on disk, out of the page cache, that a step then reads.
+	cold := filepath.Join(t.TempDir(), "cold")
+	if err := os.WriteFile(cold, make([]byte, 32<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dropCache(t, cold)
+	shm := filepath.Join("/dev/shm", "airlock-test-"+strconv.Itoa(os.Getpid()))
+	defer os.Remove(shm)
+	if err := join(t, g, "head -c 16000000 /dev/zero > "+shm).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if stale, err := g.Stale(); err != nil || stale {
+		t.Errorf("a group holding 16 MB of tmpfs files: stale %v, %v; want false", stale, err)
+	}
+	if err := join(t, g, "cat "+cold+" > /dev/null").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if stale, err := g.Stale(); err != nil || !stale {
+		t.Fatalf("a group holding 32 MiB of page cache: stale %v, %v; want true", stale, err)
+	}
+	first, tasks := g.dirs[0], g.Join()[0]
+	if err := g.Renew(); err != nil {
+		t.Fatal(err)
+	}
+	if g.dirs[0] == first || g.Join()[0] == tasks || g.Join()[1] != g.procs[1] {
+		t.Errorf("after Renew: %s, the memory join descriptor changed %v", g.dirs[0], g.Join()[0] != tasks)
+	}
+	if stale, err := g.Stale(); err != nil || stale {
+		t.Errorf("the renewed group: stale %v, %v", stale, err)
+	}
+	if err := g.Set(256<<20, 8); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readInt(g.memMax); got != 256<<20 {
+		t.Errorf("the renewed group's limit %d, want it written by Set", got)
+	}
+	mark, err := g.Mark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := join(t, g, "true").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := g.Usage(mark); err != nil || u.PeakBytes > StaleBytes {
+		t.Errorf("a trivial step in the renewed group: %+v, %v", u, err)
+	}
+	// Back to the first group: it is emptied of the cache it held.
+	dropCache(t, cold)
+	if err := join(t, g, "cat "+cold+" > /dev/null").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(shm)
+	if err := g.Renew(); err != nil {
+		t.Fatal(err)
+	}
+	if g.dirs[0] != first {
+		t.Errorf("second Renew: %s, want %s back", g.dirs[0], first)
+	}
+	if used, err := readInt(g.usage); err != nil || used > StaleBytes {
+		t.Errorf("the group come back to holds %d bytes (%v)", used, err)
+	}
+	spare := g.spare.dir
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{first, spare} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s left behind", d)
+		}
+	}
+}
+
+// dropCache drops a file's pages from the page cache.
+func dropCache(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkStale is what Stale adds to each step when the slot's group
+// holds little (the usual case): one read of memory.usage_in_bytes.
+func BenchmarkStale(b *testing.B) {
+	m, err := Open(Options{Name: "airlock-bench-" + strconv.Itoa(os.Getpid())})
+	if err != nil {
+		b.Skipf("no usable cgroup here: %v", err)
+	}
+	defer m.Close()
+	g, err := m.NewGroup("stale")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if stale, err := g.Stale(); err != nil || stale {
+			b.Fatal(stale, err)
 		}
 	}
 }

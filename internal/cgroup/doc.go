@@ -26,7 +26,10 @@
 //
 // Limits are set per task (Group.Set); a step's peak and its OOM kills
 // are read around it (Group.Mark, Group.Usage). Nothing is created or
-// removed per task.
+// removed per task. On cgroup v1, a slot's steps move to its spare memory
+// group when the one they ran in holds more than StaleBytes that earlier
+// steps left, page cache mostly (Group.Stale, Group.Renew; fresh.go): a
+// step's peak is its own.
 //
 // It builds on Linux only; elsewhere the package is empty.
 package cgroup

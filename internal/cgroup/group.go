@@ -26,6 +26,10 @@ type Group struct {
 	peak    *os.File // v1 memory.max_usage_in_bytes, v2 memory.peak; nil when absent
 	oom     *os.File // v1 memory.oom_control, v2 memory.events
 	pidsMax *os.File
+	usage   *os.File // v1 memory.usage_in_bytes, for Stale; nil on v2
+	// spare is the slot's other memory group (v1), made by the first
+	// Renew: the one the slot left, with what earlier steps left in it.
+	spare *memGroup
 
 	peakResets bool // writing to peak resets it (v1; v2 from Linux 6.12)
 	memory     int64
@@ -43,6 +47,8 @@ type Mark struct {
 type Usage struct {
 	// PeakBytes is the group's peak memory during the step (what its
 	// processes held, tmpfs and page cache included); 0 when unknown.
+	// On cgroup v1 it holds of earlier steps at most StaleBytes, besides
+	// the files they left in the workspace (see Stale).
 	PeakBytes int64
 	// OOMKills counts the processes the kernel killed because the group
 	// reached its memory limit.
@@ -103,6 +109,9 @@ func (g *Group) open() error {
 		}
 		g.peakResets = true
 		if g.oom, err = os.Open(filepath.Join(mem, "memory.oom_control")); err != nil {
+			return err
+		}
+		if g.usage, err = os.Open(filepath.Join(mem, "memory.usage_in_bytes")); err != nil {
 			return err
 		}
 		_ = write(filepath.Join(mem, "memory.swappiness"), "0")
@@ -274,12 +283,17 @@ func writeAt(f *os.File, s string) error {
 func (g *Group) Close() error {
 	var err error
 	g.closeOnce.Do(func() {
-		for _, f := range append(g.procs, g.memMax, g.memsw, g.peak, g.oom, g.pidsMax) {
+		for _, f := range append(g.procs, g.memMax, g.memsw, g.peak, g.oom, g.pidsMax, g.usage) {
 			if f != nil {
 				f.Close()
 			}
 		}
-		for _, d := range g.dirs {
+		dirs := g.dirs
+		if g.spare != nil {
+			g.spare.close()
+			dirs = append(dirs, g.spare.dir)
+		}
+		for _, d := range dirs {
 			if rerr := os.Remove(d); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 				err = errors.Join(err, rerr)
 			}

@@ -4,8 +4,17 @@
 // connection made to its proxy port to the worker, which serves it here.
 // Each destination goes through the address guard (internal/netguard):
 // the operator's allow-list, the refused ranges, never the worker's Redis.
-// Every connection, allowed or not, is kept for the run record, and the
-// bytes of a run are capped.
+// Every connection, allowed or not, is accounted for in the run record,
+// whose list is bounded (records.go).
+//
+// Nothing a step sends costs the worker more than the run's Limits
+// imply: a request head is read to MaxHeadBytes and MaxHeadLines at most,
+// within HeadTimeout, and its bytes count against the run's cap; a run
+// holds at most MaxConns connections open (Accept refuses the next at
+// once, before reading anything); a connection on which nothing moves
+// for IdleTimeout is closed. Per connection the worker holds its
+// descriptor and the upstream's, a 4 KiB read buffer, the parsed head
+// and two 32 KiB copy buffers.
 //
 // It speaks HTTP/1.1 proxying: CONNECT host:port (HTTPS and any TLS), and
 // plain-HTTP requests in absolute form (GET http://host/path), one request
@@ -37,85 +46,163 @@ const Port = 3128
 // URL is the proxy's address as a step's environment gives it.
 const URL = "http://127.0.0.1:3128"
 
-// maxRecords bounds the connections a run's record lists.
-const maxRecords = 256
+// Bounds of every connection, whatever the run's limits.
+const (
+	// MaxHeadBytes bounds a request head (request line and headers), as
+	// net/http's server does: past it the connection is refused with 431.
+	MaxHeadBytes = 64 << 10
+	// MaxHeadLines bounds the lines of a request head (the request line
+	// and its headers): past it, the connection is refused with 431.
+	MaxHeadLines = 256
+	// HeadTimeout bounds the time a connection has to send its whole
+	// request head (or the idle timeout, when shorter): past it the
+	// connection is refused with 408.
+	HeadTimeout = 10 * time.Second
+)
 
-// Run is the egress of one run: its guard, its byte cap, what it did.
+// Defaults of Limits.
+const (
+	DefaultMaxConns    = 64
+	DefaultIdleTimeout = 30 * time.Second
+)
+
+// Limits bound the egress of one run.
+type Limits struct {
+	// MaxBytes caps the bytes of the run through the proxy, both ways,
+	// all connections, request heads included; 0: no cap.
+	MaxBytes int64
+	// MaxConns caps the run's connections open at once: past it a new
+	// connection is refused at once, before anything is read of it.
+	// 0: DefaultMaxConns.
+	MaxConns int
+	// IdleTimeout closes a connection on which nothing moved, either way,
+	// for that long. 0: DefaultIdleTimeout.
+	IdleTimeout time.Duration
+}
+
+// Run is the egress of one run: its guard, its limits, what it did.
 type Run struct {
-	Guard    *netguard.Guard
-	MaxBytes int64 // both directions, all connections; 0: no cap
+	Guard  *netguard.Guard
+	Limits Limits
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	used   atomic.Int64
 
-	mu      sync.Mutex
-	records []record.Egress
-	dropped int
-	conns   sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool
+	open     int // connections admitted and not yet done
+	records  []record.Egress
+	more     record.Egress // the connections past maxListed
+	refusals []record.Egress
+	conns    sync.WaitGroup
 }
 
 // NewRun starts the egress of a run.
-func NewRun(g *netguard.Guard, maxBytes int64) *Run {
-	r := &Run{Guard: g, MaxBytes: maxBytes}
+func NewRun(g *netguard.Guard, l Limits) *Run {
+	if l.MaxConns <= 0 {
+		l.MaxConns = DefaultMaxConns
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	r := &Run{Guard: g, Limits: l}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r
 }
 
 // Close ends the run's connections and waits for them; its records are
-// final after it.
+// final after it, and a connection served after it is closed at once.
 func (r *Run) Close() []record.Egress {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
 	r.cancel()
 	r.conns.Wait()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.records
-	if r.dropped > 0 {
-		out = append(out, record.Egress{Host: "(more)", Reason: fmt.Sprintf("%d more connections not listed", r.dropped)})
-	}
-	return out
+	return r.list()
 }
 
-func (r *Run) add(e record.Egress) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.records) >= maxRecords {
-		r.dropped++
-		return -1
-	}
-	r.records = append(r.records, e)
-	return len(r.records) - 1
+func (r *Run) headTimeout() time.Duration {
+	return min(HeadTimeout, r.Limits.IdleTimeout)
 }
 
-func (r *Run) update(i int, f func(*record.Egress)) {
-	if i < 0 {
-		return
-	}
+// admit takes a place among the run's open connections for c, or refuses
+// c at once (and closes it): the run is over, it has MaxConns open, or
+// its bytes are spent.
+func (r *Run) admit(c net.Conn) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	f(&r.records[i])
-}
-
-// Serve serves one connection a step made to the proxy, and closes it.
-func (r *Run) Serve(c net.Conn) {
+	if r.closed {
+		r.mu.Unlock()
+		c.Close()
+		return false
+	}
+	why, status := "", 0
+	switch {
+	case r.open >= r.Limits.MaxConns:
+		why, status = r.reasonConns(), http.StatusServiceUnavailable
+	case r.Limits.MaxBytes > 0 && r.used.Load() >= r.Limits.MaxBytes:
+		why, status = r.reasonCapReached(), http.StatusForbidden
+	}
+	if why != "" {
+		r.refusedLocked(why, 0)
+		r.mu.Unlock()
+		// A short reply to a new connection fits its socket's buffer; the
+		// deadline is for connections that are not sockets.
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		reply(c, status, why)
+		c.Close()
+		return false
+	}
+	r.open++
 	r.conns.Add(1)
-	defer r.conns.Done()
-	defer c.Close()
-	if r.ctx.Err() != nil {
-		return
+	r.mu.Unlock()
+	return true
+}
+
+func (r *Run) release() {
+	r.mu.Lock()
+	r.open--
+	r.mu.Unlock()
+	r.conns.Done()
+}
+
+// Accept takes one connection a step made to the proxy: past the run's
+// limits (or after Close) it refuses it at once and closes it; otherwise
+// it serves it, then closes it, in a goroutine of its own. It never waits
+// on the step: a caller that receives connections one at a time and
+// hands each to Accept before the next holds no more than MaxConns of
+// them, however fast a step opens them.
+func (r *Run) Accept(c net.Conn) {
+	if r.admit(c) {
+		go r.serve(c)
 	}
+}
+
+// serve serves a connection admit took, and closes it.
+func (r *Run) serve(c net.Conn) {
+	defer r.release()
+	defer c.Close()
 	stop := context.AfterFunc(r.ctx, func() { c.Close() })
 	defer stop()
-	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	br := bufio.NewReaderSize(c, 16<<10)
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	tc := &timedConn{Conn: c, idle: r.Limits.IdleTimeout, last: &last, head: time.Now().Add(r.headTimeout())}
+	m := &meter{r: tc, run: r, headLeft: MaxHeadBytes}
+	br := bufio.NewReaderSize(m, 4<<10)
 	req, err := http.ReadRequest(br)
 	if err != nil {
+		r.refuseHead(tc, m, err)
 		return
 	}
-	_ = c.SetReadDeadline(time.Time{})
+	tc.head, m.headLeft = time.Time{}, -1
 	host, port, err := target(req)
 	if err != nil {
-		reply(c, http.StatusBadRequest, err.Error())
+		why := reasonNotProxy
+		if errors.Is(err, errHostTooLong) {
+			why = reasonHostTooLong
+		}
+		r.refused(why, m.n)
+		r.replyAndLinger(tc, http.StatusBadRequest, err.Error())
 		return
 	}
 	i := r.add(record.Egress{Host: host, Port: port})
@@ -126,71 +213,110 @@ func (r *Run) Serve(c net.Conn) {
 		if errors.Is(err, netguard.ErrRefused) {
 			status = http.StatusForbidden
 		}
-		r.update(i, func(e *record.Egress) { e.Reason = why })
-		reply(c, status, why)
+		r.end(i, m.n, 0, why)
+		r.replyAndLinger(tc, status, why)
 		return
 	}
 	defer up.Close()
 	stopUp := context.AfterFunc(r.ctx, func() { up.Close() })
 	defer stopUp()
-	r.update(i, func(e *record.Egress) { e.Allowed = true })
-	var sent int64
+	r.allow(i)
+	tu := &timedConn{Conn: up, idle: r.Limits.IdleTimeout, last: &last}
 	if req.Method == http.MethodConnect {
-		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		if _, err := io.WriteString(tc, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			r.end(i, m.n, 0, r.why(m, tc, tu, err))
 			return
 		}
 	} else {
 		// Forward the one request in origin form, without the proxy's
-		// own headers, its body streamed and counted; the connection
-		// closes after the response.
+		// own headers, its body streamed (and charged as it is read);
+		// the connection closes after the response.
 		req.RequestURI = ""
 		req.Header.Del("Proxy-Connection")
 		req.Header.Del("Proxy-Authorization")
 		req.Close = true
-		cw := &capWriter{w: up, r: r}
-		err := req.Write(cw)
-		sent = cw.n
-		if err != nil {
-			why := err.Error()
-			if cw.capped {
-				why = fmt.Sprintf("cut at the run's egress cap of %d bytes", r.MaxBytes)
-			}
-			r.update(i, func(e *record.Egress) { e.BytesUp, e.Reason = sent, why })
+		if err := req.Write(tu); err != nil {
+			r.end(i, m.n, 0, r.why(m, tc, tu, err))
 			return
 		}
 	}
-	upBytes, downBytes, why := r.splice(c, br, up)
-	r.update(i, func(e *record.Egress) {
-		e.BytesUp, e.BytesDown = sent+upBytes, downBytes
-		if why != "" {
-			e.Reason = why
-		}
-	})
-}
-
-// capWriter counts what it writes against the run's cap.
-type capWriter struct {
-	w      io.Writer
-	r      *Run
-	n      int64
-	capped bool
-}
-
-func (c *capWriter) Write(p []byte) (int, error) {
-	if !c.r.take(len(p)) {
-		c.capped = true
-		return 0, errors.New("egress cap")
+	down, downCapped := r.splice(tc, br, tu)
+	why := ""
+	if downCapped {
+		why = r.reasonCap()
+	} else {
+		why = r.why(m, tc, tu, nil)
 	}
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+	r.end(i, m.n, down, why)
+}
+
+// allow marks the listed connection at i allowed.
+func (r *Run) allow(i int) {
+	if i < 0 {
+		return
+	}
+	r.mu.Lock()
+	r.records[i].Allowed = true
+	r.mu.Unlock()
+}
+
+// why a proxied connection ended early, if it did: the cap, the idle
+// timeout, or err.
+func (r *Run) why(m *meter, tc, tu *timedConn, err error) string {
+	switch {
+	case m.capped:
+		return r.reasonCap()
+	case tc.timedOut.Load() || tu.timedOut.Load():
+		return r.reasonIdle()
+	case err != nil && r.ctx.Err() == nil:
+		return err.Error()
+	}
+	return ""
+}
+
+// refuseHead records and answers a connection whose request head could
+// not be read.
+func (r *Run) refuseHead(tc *timedConn, m *meter, err error) {
+	if r.ctx.Err() != nil {
+		return // the run is over; so is its record
+	}
+	switch {
+	case m.capped:
+		r.refused(r.reasonCap(), m.n)
+		r.replyAndLinger(tc, http.StatusForbidden, r.reasonCap())
+	case m.over:
+		r.refused(reasonHeadTooLarge, m.n)
+		r.replyAndLinger(tc, http.StatusRequestHeaderFieldsTooLarge, reasonHeadTooLarge)
+	case m.tooLong:
+		r.refused(reasonHeadLines, m.n)
+		r.replyAndLinger(tc, http.StatusRequestHeaderFieldsTooLarge, reasonHeadLines)
+	case tc.timedOut.Load():
+		why := r.reasonHeadTimeout()
+		r.refused(why, m.n)
+		r.replyAndLinger(tc, http.StatusRequestTimeout, why)
+	case m.n == 0 && errors.Is(err, io.EOF):
+		r.refused(reasonNoHead, 0)
+	default:
+		r.refused(reasonHeadBad, m.n)
+		r.replyAndLinger(tc, http.StatusBadRequest, "malformed request head: "+clip(err.Error(), maxReason))
+	}
+}
+
+// replyAndLinger refuses a connection with status and msg, and lets the
+// step read it.
+func (r *Run) replyAndLinger(tc *timedConn, status int, msg string) {
+	reply(tc, status, clip(msg, maxReason))
+	linger(tc.Conn)
 }
 
 // take charges n bytes to the run and reports whether its cap holds.
 func (r *Run) take(n int) bool {
 	total := r.used.Add(int64(n))
-	return r.MaxBytes <= 0 || total <= r.MaxBytes
+	return r.Limits.MaxBytes <= 0 || total <= r.Limits.MaxBytes
 }
+
+// errHostTooLong refuses a destination longer than any DNS name.
+var errHostTooLong = errors.New("host name over 253 bytes")
 
 // target is where a proxy request goes.
 func target(req *http.Request) (string, int, error) {
@@ -198,7 +324,7 @@ func target(req *http.Request) (string, int, error) {
 	if req.Method == http.MethodConnect {
 		h, p, err := net.SplitHostPort(req.Host)
 		if err != nil {
-			return "", 0, fmt.Errorf("CONNECT %q: want host:port", req.Host)
+			return "", 0, fmt.Errorf("CONNECT %q: want host:port", clip(req.Host, maxHost))
 		}
 		host, port = h, p
 	} else {
@@ -210,39 +336,39 @@ func target(req *http.Request) (string, int, error) {
 			port = "80"
 		}
 	}
+	if len(host) > maxHost {
+		return "", 0, errHostTooLong
+	}
 	n, err := strconv.Atoi(port)
 	if err != nil || n < 1 || n > 65535 {
-		return "", 0, fmt.Errorf("port %q", port)
+		return "", 0, fmt.Errorf("port %q", clip(port, 16))
 	}
 	return strings.ToLower(host), n, nil
 }
 
-// splice copies both ways, counting against the run's cap; it returns the
-// bytes each way and why it ended early, if it did.
-func (r *Run) splice(c net.Conn, br *bufio.Reader, up net.Conn) (int64, int64, string) {
-	var upN, downN atomic.Int64
+// splice copies both ways until both are done: what the step sends (br,
+// over its meter, which charges it) and what comes back, charged here. It
+// returns the bytes that came back and whether the cap cut them.
+func (r *Run) splice(c *timedConn, br *bufio.Reader, up *timedConn) (int64, bool) {
+	var down atomic.Int64
 	var capped atomic.Bool
-	count := func(n int) bool {
-		if !r.take(n) {
-			capped.Store(true)
-			return false
-		}
-		return true
-	}
 	var wg sync.WaitGroup
-	pump := func(dst net.Conn, src io.Reader, n *atomic.Int64) {
+	pump := func(dst *timedConn, src io.Reader, charge bool) {
 		defer wg.Done()
 		buf := make([]byte, 32<<10)
 		for {
 			k, err := src.Read(buf)
 			if k > 0 {
-				if !count(k) {
+				if charge && !r.take(k) {
+					capped.Store(true)
 					break
 				}
 				if _, werr := dst.Write(buf[:k]); werr != nil {
 					break
 				}
-				n.Add(int64(k))
+				if charge {
+					down.Add(int64(k))
+				}
 			}
 			if err != nil {
 				break
@@ -250,23 +376,16 @@ func (r *Run) splice(c net.Conn, br *bufio.Reader, up net.Conn) (int64, int64, s
 		}
 		// Half-close so the other side sees the end, then let the other
 		// pump finish.
-		if tc, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = tc.CloseWrite()
-		} else {
-			_ = dst.Close()
-		}
+		_ = dst.CloseWrite()
 	}
 	wg.Add(2)
-	go pump(up, br, &upN)
-	go pump(c, up, &downN)
+	go pump(up, br, false)
+	go pump(c, up, true)
 	wg.Wait()
-	if capped.Load() {
-		return upN.Load(), downN.Load(), fmt.Sprintf("cut at the run's egress cap of %d bytes", r.MaxBytes)
-	}
-	return upN.Load(), downN.Load(), ""
+	return down.Load(), capped.Load()
 }
 
-func reply(c net.Conn, status int, msg string) {
+func reply(c io.Writer, status int, msg string) {
 	body := msg + "\n"
 	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		status, http.StatusText(status), len(body), body)

@@ -26,7 +26,8 @@ import (
 	"github.com/airlock-run/airlock/record"
 )
 
-// proxy serves a Run on a loopback listener, one Serve per connection.
+// proxy serves a Run on a loopback listener, each connection handed to
+// Accept as it comes, as the worker does.
 type proxy struct {
 	run  *Run
 	ln   net.Listener
@@ -51,11 +52,7 @@ func startProxy(t *testing.T, run *Run) *proxy {
 			if err != nil {
 				return
 			}
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				run.Serve(c)
-			}()
+			run.Accept(c)
 		}
 	}()
 	t.Cleanup(func() { p.close() })
@@ -110,7 +107,7 @@ func TestServeHTTP(t *testing.T) {
 		io.WriteString(w, "hello from upstream")
 	}))
 	defer up.Close()
-	p := startProxy(t, NewRun(guard(t, "127.0.0.1"), 0))
+	p := startProxy(t, NewRun(guard(t, "127.0.0.1"), Limits{}))
 	c := proxyClient(p, nil)
 	req, _ := http.NewRequest("GET", up.URL+"/path?q=1", nil)
 	req.Header.Set("Proxy-Authorization", "Basic c2VjcmV0")
@@ -144,7 +141,7 @@ func TestServeConnect(t *testing.T) {
 		io.WriteString(w, "secure hello")
 	}))
 	defer up.Close()
-	p := startProxy(t, NewRun(guard(t, "127.0.0.1"), 0))
+	p := startProxy(t, NewRun(guard(t, "127.0.0.1"), Limits{}))
 	c := proxyClient(p, up.Client().Transport.(*http.Transport).TLSClientConfig)
 	for range 2 {
 		resp, err := c.Get(up.URL + "/x")
@@ -223,7 +220,7 @@ func TestServeDenied(t *testing.T) {
 		{"unlisted name, no lookup", noDNS, "CONNECT Leak.Example.Invalid:443 HTTP/1.1\r\nHost: leak.example.invalid:443\r\n\r\n", "leak.example.invalid", 443, "allow-list"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p := startProxy(t, NewRun(tt.guard, 0))
+			p := startProxy(t, NewRun(tt.guard, Limits{}))
 			resp, body := rawRequest(t, p, tt.req)
 			if resp.StatusCode != http.StatusForbidden || body == "" {
 				t.Errorf("status %d %q, want 403 with a reason", resp.StatusCode, body)
@@ -253,7 +250,7 @@ func TestServeMaxBytes(t *testing.T) {
 		w.Write(make([]byte, size))
 	}))
 	defer up.Close()
-	p := startProxy(t, NewRun(guard(t, "127.0.0.1"), limit))
+	p := startProxy(t, NewRun(guard(t, "127.0.0.1"), Limits{MaxBytes: limit}))
 	c := proxyClient(p, nil)
 	resp, err := c.Get(up.URL)
 	var n int
@@ -290,7 +287,7 @@ func TestServeMaxBytesUpload(t *testing.T) {
 		got.Store(n)
 	}))
 	defer up.Close()
-	p := startProxy(t, NewRun(guard(t, "127.0.0.1"), limit))
+	p := startProxy(t, NewRun(guard(t, "127.0.0.1"), Limits{MaxBytes: limit}))
 	c := proxyClient(p, nil)
 	resp, err := c.Post(up.URL, "application/octet-stream", strings.NewReader(strings.Repeat("u", size)))
 	if err == nil {
@@ -308,7 +305,7 @@ func TestServeMaxBytesUpload(t *testing.T) {
 
 func TestServeBadRequest(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	p := startProxy(t, NewRun(guard(t, "127.0.0.1"), 0))
+	p := startProxy(t, NewRun(guard(t, "127.0.0.1"), Limits{}))
 	for _, req := range []string{
 		"GET /relative HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
 		"GET https://127.0.0.1/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
@@ -321,14 +318,15 @@ func TestServeBadRequest(t *testing.T) {
 			t.Errorf("%q: status %d, want 400", req, resp.StatusCode)
 		}
 	}
-	if recs := p.close(); len(recs) != 0 {
-		t.Errorf("records %+v for bad requests, want none", recs)
+	recs := p.close()
+	if len(recs) != 1 || recs[0].Host != "" || recs[0].Count != 5 || !strings.Contains(recs[0].Reason, "not a proxy request") || recs[0].BytesUp <= 0 {
+		t.Errorf("records %+v for bad requests, want one entry counting the 5", recs)
 	}
 }
 
 func TestServeAfterClose(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	run := NewRun(guard(t, "127.0.0.1"), 0)
+	run := NewRun(guard(t, "127.0.0.1"), Limits{})
 	if recs := run.Close(); len(recs) != 0 {
 		t.Errorf("records of an idle run: %+v", recs)
 	}
@@ -337,14 +335,14 @@ func TestServeAfterClose(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		run.Serve(a)
+		run.Accept(a)
 	}()
 	select {
 	case <-done:
 	case <-time.After(2 * time.Second):
 		a.Close()
 		<-done
-		t.Fatal("Serve after Close did not return")
+		t.Fatal("Accept after Close did not return")
 	}
 	b.SetReadDeadline(time.Now().Add(2 * time.Second))
 	if _, err := b.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
@@ -370,14 +368,15 @@ func TestCloseEndsOpenTunnel(t *testing.T) {
 		io.Copy(c, c)
 	}()
 	defer func() { ln.Close(); <-upDone }()
-	p := startProxy(t, NewRun(guard(t, "127.0.0.1"), 0))
+	p := startProxy(t, NewRun(guard(t, "127.0.0.1"), Limits{}))
 	c, err := net.Dial("tcp", p.ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	io.WriteString(c, "CONNECT "+ln.Addr().String()+" HTTP/1.1\r\nHost: "+ln.Addr().String()+"\r\n\r\n")
+	head := "CONNECT " + ln.Addr().String() + " HTTP/1.1\r\nHost: " + ln.Addr().String() + "\r\n\r\n"
+	io.WriteString(c, head)
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
 	if err != nil || resp.StatusCode != 200 {
@@ -393,8 +392,9 @@ func TestCloseEndsOpenTunnel(t *testing.T) {
 	go func() { closed <- p.close() }()
 	select {
 	case recs := <-closed:
-		if len(recs) != 1 || recs[0].BytesUp != 4 || recs[0].BytesDown != 4 {
-			t.Errorf("records %+v, want one of 4 bytes each way", recs)
+		// Up: the request head and the 4 bytes; down: the 4 bytes.
+		if len(recs) != 1 || recs[0].BytesUp != int64(len(head))+4 || recs[0].BytesDown != 4 {
+			t.Errorf("records %+v, want one of %d bytes up (head included), 4 down", recs, len(head)+4)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not end the open tunnel")
@@ -406,18 +406,18 @@ func TestCloseEndsOpenTunnel(t *testing.T) {
 
 func TestRecordsBounded(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	p := startProxy(t, NewRun(guard(t), 0))
-	for range maxRecords + 3 {
+	p := startProxy(t, NewRun(guard(t), Limits{}))
+	for range maxListed + 3 {
 		resp, _ := rawRequest(t, p, "CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n")
 		if resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("status %d, want 403", resp.StatusCode)
 		}
 	}
 	recs := p.close()
-	if len(recs) != maxRecords+1 {
-		t.Fatalf("%d records, want %d and a summary", len(recs), maxRecords+1)
+	if len(recs) != maxListed+1 {
+		t.Fatalf("%d records, want %d and a summary", len(recs), maxListed+1)
 	}
-	if last := recs[maxRecords]; last.Host != "(more)" || !strings.Contains(last.Reason, "3 more") {
+	if last := recs[maxListed]; last.Host != "(more)" || last.Count != 3 || last.BytesUp <= 0 || !strings.Contains(last.Reason, "3 more") {
 		t.Errorf("summary record %+v, want 3 more", last)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-run/airlock/record"
 
@@ -67,8 +68,12 @@ func New(g *netguard.Guard, timeout time.Duration) *Fetcher {
 		ForceAttemptHTTP2:     true,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 30 * time.Second,
-		MaxIdleConns:          16,
-		IdleConnTimeout:       30 * time.Second,
+		// A server's response head (status line included, which errors
+		// quote) is bounded while it is read, as Go's http.Server bounds
+		// requests.
+		MaxResponseHeaderBytes: 64 << 10,
+		MaxIdleConns:           16,
+		IdleConnTimeout:        30 * time.Second,
 	}
 	f := &Fetcher{Guard: g, Timeout: timeout}
 	f.client = &http.Client{
@@ -146,7 +151,7 @@ func (f *Fetcher) Fetch(ctx context.Context, ws Dest, r Request) (Result, error)
 	defer resp.Body.Close()
 	res.Status, res.FinalURL = resp.StatusCode, Redact(resp.Request.URL.String())
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return done(fmt.Errorf("status %s", resp.Status), resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests)
+		return done(fmt.Errorf("status %s", clip(resp.Status, 256)), resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests)
 	}
 	if resp.ContentLength > r.MaxBytes {
 		return done(fmt.Errorf("%d bytes announced, above max_bytes %d", resp.ContentLength, r.MaxBytes), false)
@@ -229,4 +234,15 @@ func Redact(u string) string {
 		p.RawQuery = q.Encode()
 	}
 	return p.String()
+}
+
+// clip cuts s to at most n bytes, at a character boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

@@ -35,6 +35,7 @@ const (
 	NameReadyzFailure = "airlock_readyz_failures_total"
 	NameBuildInfo     = "airlock_build_info"
 	NamePending       = "airlock_approvals_pending"
+	NamePendingBytes  = "airlock_approvals_pending_bytes"
 	NameHelperRestart = "airlock_helper_restarts_total"
 )
 
@@ -72,9 +73,10 @@ type Metrics struct {
 	startRetry prometheus.Counter
 	readyFail  prometheus.Counter
 
-	slots    atomic.Pointer[func() (busy, total int)]
-	pending  atomic.Pointer[func() (int64, error)]
-	restarts atomic.Pointer[func() int64]
+	slots        atomic.Pointer[func() (busy, total int)]
+	pending      atomic.Pointer[func() (int64, error)]
+	pendingBytes atomic.Pointer[func() (int64, error)]
+	restarts     atomic.Pointer[func() int64]
 }
 
 type taskKey struct {
@@ -146,17 +148,10 @@ func New(version string) *Metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: NameSlotsBusy, Help: "Slots running a task now."}, slotsOf(true)),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: NamePending, Help: "Approvals waiting for a human (the deployment's, under the worker's -prefix; -1 when Redis did not answer).",
-		}, func() float64 {
-			f := m.pending.Load()
-			if f == nil {
-				return 0
-			}
-			n, err := (*f)()
-			if err != nil {
-				return -1
-			}
-			return float64(n)
-		}),
+		}, gaugeOf(&m.pending)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: NamePendingBytes, Help: "Bytes (results and artifacts) that approvals not yet decided or published hold in Redis, counted against the worker's -max-pending-bytes (-1 when Redis did not answer); runs refused past it end with verdict pending_limit.",
+		}, gaugeOf(&m.pendingBytes)),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: NameHelperRestart, Help: "Slot helpers started again after a slot's first (a helper died, or a step changed its limits or scheduling).",
 		}, func() float64 {
@@ -216,6 +211,26 @@ func (m *Metrics) RunEnded(rec *record.Run) {
 		m.published.Inc()
 	}
 }
+
+// gaugeOf reads a gauge from the function f holds: 0 before it is set,
+// -1 when it fails.
+func gaugeOf(f *atomic.Pointer[func() (int64, error)]) func() float64 {
+	return func() float64 {
+		g := f.Load()
+		if g == nil {
+			return 0
+		}
+		n, err := (*g)()
+		if err != nil {
+			return -1
+		}
+		return float64(n)
+	}
+}
+
+// SetPendingBytes sets the function the pending-bytes gauge reads
+// (approve.Store.PendingBytes).
+func (m *Metrics) SetPendingBytes(f func() (int64, error)) { m.pendingBytes.Store(&f) }
 
 // taskCounter returns the counter of a (state, verdict) pair, created on
 // first use and then found without allocating.

@@ -307,9 +307,11 @@ func TestStepCannotCrashHelper(t *testing.T) {
 }
 
 // TestStepCannotTamperWithHelper: a step runs as its helper's uid, so it
-// may lower the helper's rlimits or renice its threads; later steps would
-// inherit that. The helper sees the change after the step and the slot
-// replaces it: the next step runs in a new helper, at the usual limits.
+// may renice the helper's threads; later steps would inherit that. The
+// helper sees the change after the step and the slot replaces it: the
+// next step runs in a new helper, at the usual limits. Its rlimits are out
+// of a step's reach (the helper's saved gid is not the step's): prlimit
+// fails and the helper stays.
 func TestStepCannotTamperWithHelper(t *testing.T) {
 	needView(t)
 	cfg := testConfig(t)
@@ -328,9 +330,16 @@ func TestStepCannotTamperWithHelper(t *testing.T) {
 		return string(r.Stdout.Data)
 	}
 	want := run("limits")
-	for _, attack := range []string{"tamper-rlimit", "tamper-nice"} {
+	helper := s.cmd.Process.Pid
+	if out := run("tamper-rlimit"); out != "tamper-rlimit EPERM\n" {
+		t.Fatalf("tamper-rlimit: %q, want EPERM", out)
+	}
+	if got := run("limits"); got != want || s.cmd == nil || s.cmd.Process.Pid != helper {
+		t.Errorf("after tamper-rlimit, the next step has %q (want %q), helper replaced: %v", got, want, s.cmd == nil || s.cmd.Process.Pid != helper)
+	}
+	for _, attack := range []string{"tamper-nice"} {
 		helper := s.cmd.Process.Pid
-		if out := run(attack); out != attack+" ok\n" && !strings.HasPrefix(out, "tamper-nice ") {
+		if out := run(attack); !strings.HasPrefix(out, "tamper-nice ") {
 			t.Fatalf("%s: %q", attack, out)
 		}
 		if got := run("limits"); got != want {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"runtime"
 	"sync"
 	"syscall"
@@ -68,13 +67,17 @@ type helper struct {
 	ipc    *ipcSweeper   // nil without an IPC namespace of our own
 	base   *baseline     // what steps must not change of the helper (tamper.go)
 	cgroup []int         // cgroup.procs of the slot's group, one per hierarchy
+	// cgroupErr says why the spawner thread could not join the slot's
+	// group (enterSlotCgroup); the spawner then refuses every step.
+	cgroupErr string
 
 	mu      sync.Mutex
 	current *stepRun // the step running now, for cancel
 	// running is true from a run request until its answer is sent;
-	// cancelPending records a cancel that came while the step was still
-	// being started (no current yet), for run to apply once it exists.
-	running, cancelPending bool
+	// cancelPending (killPending) records a cancel (kill) that came
+	// while the step was still being started (no current yet), for run
+	// to apply once it exists.
+	running, cancelPending, killPending bool
 }
 
 type spawnReq struct {
@@ -101,26 +104,10 @@ func helperMain() error {
 	// Whatever the worker inherited without close-on-exec came along;
 	// close it before anything else (3 is the control socket).
 	closeInherited(4)
-	// A step runs as our uid; keep it from ending us with a signal. A
-	// namespace's init gets, from inside, only the signals it handles;
-	// these are caught and dropped. Notify rather than Ignore: a caught
-	// signal is reset to its default in a forked child, an ignored one
-	// would stay ignored in every step (SIGXCPU, SIGTERM...).
-	// The signals of a crash (SIGSEGV, SIGTRAP...) are caught too: the Go
-	// runtime relays one that a process sent (kill, tgkill to a thread)
-	// to the channel instead of crashing, while a real fault still
-	// crashes.
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM,
-		syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
-		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGIO, syscall.SIGPWR, syscall.SIGSYS,
-		syscall.SIGTRAP, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL,
-		syscall.SIGABRT, syscall.SIGSTKFLT)
-	go func() {
-		for range sigs {
-		}
-	}()
+	// A step runs as our uid: no signal it sends may end us (signals.go).
+	if err := guardSignals(); err != nil {
+		return err
+	}
 	f := os.NewFile(3, "control")
 	c, err := net.FileConn(f)
 	f.Close()
@@ -140,6 +127,16 @@ func helperMain() error {
 		return fmt.Errorf("config came with %d descriptors, want %d", len(fds), want)
 	}
 	h.cgroup = fds[:h.cfg.Cgroups]
+	// The spawner's thread enters the slot's cgroup first, while we still
+	// have the worker's privileges, then waits for setup to confine itself.
+	entered, setupDone, ready := make(chan struct{}), make(chan Status, 1), make(chan Status, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the helper
+		h.enterSlotCgroup()
+		close(entered)
+		h.spawner(<-setupDone, ready)
+	}()
+	<-entered
 	st, err := h.setup()
 	if err != nil {
 		_ = writeMsg(h.conn, hello{Error: err.Error()}, nil)
@@ -155,8 +152,7 @@ func helperMain() error {
 		_ = writeMsg(h.conn, hello{Error: err.Error()}, nil)
 		return err
 	}
-	ready := make(chan Status, 1)
-	go h.spawner(st, ready)
+	setupDone <- st
 	if err := writeMsg(h.conn, hello{Status: <-ready}, nil); err != nil {
 		return err
 	}
@@ -221,7 +217,14 @@ func (h *helper) setup() (Status, error) {
 		if err := syscall.Setgroups(nil); err != nil {
 			return st, fmt.Errorf("setgroups: %w", err)
 		}
-		if err := syscall.Setresgid(h.cfg.GID, h.cfg.GID, h.cfg.GID); err != nil {
+		// The saved gid is not the steps' gid: the kernel lets a process
+		// change another's rlimits (prlimit) only when all its uids and
+		// gids match, and a step could otherwise set ours (RLIMIT_CPU at
+		// 0: SIGKILL from the kernel, which no handler stops; RLIMIT_AS:
+		// the runtime cannot allocate). Signals, which check uids only,
+		// are handled (signals.go); a step's own saved gid is its gid
+		// again from its exec.
+		if err := syscall.Setresgid(h.cfg.GID, h.cfg.GID, savedGID(h.cfg.GID)); err != nil {
 			return st, fmt.Errorf("setgid %d: %w", h.cfg.GID, err)
 		}
 		if err := syscall.Setresuid(h.cfg.UID, h.cfg.UID, h.cfg.UID); err != nil {
@@ -326,7 +329,7 @@ func (h *helper) serve() error {
 		for r := range runs {
 			resp := h.run(r.req, r.fds)
 			h.mu.Lock()
-			h.running, h.cancelPending = false, false
+			h.running, h.cancelPending, h.killPending = false, false, false
 			h.mu.Unlock()
 			if err := h.send(resp); err != nil {
 				os.Exit(1)
@@ -352,7 +355,7 @@ func (h *helper) serve() error {
 				return fmt.Errorf("bad run request: %d descriptors", len(fds))
 			}
 			h.mu.Lock()
-			h.running, h.cancelPending = true, false
+			h.running, h.cancelPending, h.killPending = true, false, false
 			h.mu.Unlock()
 			runs <- spawnReq{req: req.Run, fds: fds}
 		case "cancel":
@@ -365,6 +368,17 @@ func (h *helper) serve() error {
 				s.stop(true)
 			} else if h.running {
 				h.cancelPending = true
+			}
+			h.mu.Unlock()
+		case "kill":
+			// The step wrote more than limits.output_total: its whole
+			// tree dies now, without a grace; like a cancel, one that
+			// comes after the answer is about a step that is over.
+			h.mu.Lock()
+			if s := h.current; s != nil {
+				s.kill()
+			} else if h.running {
+				h.killPending = true
 			}
 			h.mu.Unlock()
 		}
@@ -381,6 +395,13 @@ type stepRun struct {
 	canceled bool
 	mu       sync.Mutex
 	killT    *time.Timer
+}
+
+// kill sends SIGKILL to everything the step started, at once; the step
+// is neither timed out nor canceled (the worker knows why it asked).
+func (s *stepRun) kill() {
+	_ = unix.Kill(-s.pid, unix.SIGKILL)
+	s.h.signalAll()
 }
 
 // stop sends SIGTERM to the step's process group, then SIGKILL to
@@ -424,6 +445,9 @@ func (h *helper) run(req *runRequest, fds []int) runResponse {
 	h.current = s
 	if h.cancelPending {
 		s.stop(true) // canceled while it was being started
+	}
+	if h.killPending {
+		s.kill()
 	}
 	h.mu.Unlock()
 	deadline := time.AfterFunc(time.Duration(req.TimeoutNS), func() { s.stop(false) })

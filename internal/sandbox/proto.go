@@ -22,7 +22,7 @@ const maxMessage = 8 << 20
 
 // request is a message from the worker to its helper.
 type request struct {
-	Op  string      `json:"op"` // "run" or "cancel"
+	Op  string      `json:"op"` // "run", "cancel" or "kill"
 	Run *runRequest `json:"run,omitempty"`
 }
 

@@ -9,6 +9,7 @@ import (
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
+	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,6 +54,20 @@ var hostIPCCalls = []string{
 	"shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semtimedop", "semctl",
 	"msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive",
 	"mq_notify", "mq_getsetattr",
+}
+
+// deniedArgs deny a call when one argument's low 32 bits hold a value.
+// The kernel reads these arguments as int: a rule on all 64 bits (the
+// library's) would let a step pass by setting the upper ones.
+var deniedArgs = []struct {
+	call  string
+	arg   int
+	value uint32
+}{
+	// Multipath TCP: Landlock's TCP rules (bind and connect ports) do
+	// not cover it.
+	{"socket", 2, unix.IPPROTO_MPTCP},
+	{"socketpair", 2, unix.IPPROTO_MPTCP},
 }
 
 // allowedPersonalities are Docker's: the default, UNAME26, PER_LINUX32
@@ -124,7 +139,7 @@ func seccompPolicy(hostIPC bool) (*seccomp.Policy, int, error) {
 }
 
 // seccompProgram assembles the policy behind a guard that kills a process
-// making a system call of another ABI.
+// making a system call of another ABI, and deniedArgs' rules.
 func seccompProgram(hostIPC bool) ([]bpf.RawInstruction, int, error) {
 	pol, n, err := seccompPolicy(hostIPC)
 	if err != nil {
@@ -135,13 +150,36 @@ func seccompProgram(hostIPC bool) ([]bpf.RawInstruction, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	const archOffset = 4 // seccomp_data.arch
-	guard := []bpf.Instruction{
+	const (
+		nrOffset   = 0  // seccomp_data.nr
+		archOffset = 4  // seccomp_data.arch
+		argsOffset = 16 // seccomp_data.args, 8 bytes each
+	)
+	lowWord := uint32(0)
+	if cpu.IsBigEndian {
+		lowWord = 4
+	}
+	prog := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: archOffset, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
 		bpf.RetConstant{Val: uint32(seccomp.ActionKillProcess)},
 	}
-	raw, err := bpf.Assemble(append(guard, body...))
+	// The body starts by loading what it reads: these come first.
+	for _, d := range deniedArgs {
+		nr, ok := info.SyscallNames[d.call]
+		if !ok {
+			continue
+		}
+		prog = append(prog,
+			bpf.LoadAbsolute{Off: nrOffset, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 3},
+			bpf.LoadAbsolute{Off: argsOffset + 8*uint32(d.arg) + lowWord, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: d.value, SkipFalse: 1},
+			bpf.RetConstant{Val: uint32(seccomp.ActionErrno) | uint32(unix.EPERM)},
+		)
+		n++
+	}
+	raw, err := bpf.Assemble(append(prog, body...))
 	return raw, n, err
 }
 

@@ -37,7 +37,10 @@ type SlotConfig struct {
 	// network namespace (loopback only), where the helper listens on
 	// 127.0.0.1:egress.Port and hands every connection to Egress, the
 	// worker's proxy; Landlock lets steps connect to that port and no
-	// other. It needs Namespaces.
+	// other. It needs Namespaces. Egress is called on the goroutine that
+	// receives the connections, one at a time, and must not block: it
+	// refuses a connection at once or serves it in a goroutine of its
+	// own, so that one refused is closed before the next is received.
 	// Cgroup, when set, is the slot's control group: each step is moved
 	// into it before its first instruction, its memory and processes are
 	// limited there (not by RLIMIT_AS and RLIMIT_NPROC), and its peak and
@@ -77,6 +80,7 @@ type Slot struct {
 	done    chan struct{} // closed when the helper exits
 	devnull *os.File
 	started bool // a helper was started before
+	renewed bool // the next helper follows a move to a fresh memory group, not a restart
 }
 
 // Step is one program to run in the slot's workspace, which is its
@@ -87,6 +91,10 @@ type Step struct {
 	Stdin   string
 	Limits  limits.Set // resolved
 	Timeout time.Duration
+	// Keep, when set, is the run's budget of kept output: every byte
+	// kept of stdout or stderr is taken from it, on top of the cap of
+	// Limits.Output per stream; nil means no budget but that cap.
+	Keep *KeepBudget
 }
 
 // Result is what became of a step.
@@ -97,9 +105,13 @@ type Result struct {
 	Signal     syscall.Signal // 0 unless killed by a signal
 	TimedOut   bool           // the worker killed it at its deadline
 	Canceled   bool           // the worker killed it because the run was canceled
-	Duration   time.Duration
-	CPU        time.Duration
-	MaxRSSKB   int64
+	// OutputLimit is true when the step wrote more than
+	// Limits.OutputTotal to stdout and stderr together: the worker
+	// killed its whole tree at once (neither TimedOut nor Canceled).
+	OutputLimit bool
+	Duration    time.Duration
+	CPU         time.Duration
+	MaxRSSKB    int64
 	// MemoryPeak is the peak of the slot's cgroup during the step, in
 	// bytes (0 without a cgroup); OOMKills counts the step's processes the
 	// kernel killed at the cgroup's memory limit.
@@ -111,7 +123,7 @@ type Result struct {
 }
 
 // Capture is one output stream: the first bytes up to the cap, and how many
-// the step wrote in all.
+// the step wrote in all (up to the kill, past Limits.OutputTotal).
 type Capture struct {
 	Data      []byte
 	Total     int64
@@ -157,10 +169,10 @@ func (s *Slot) start() error {
 	if s.cfg.Egress != nil && !s.cfg.Namespaces {
 		return errors.New("egress needs a network namespace of the slot's own (root, or user namespaces)")
 	}
-	if s.started && s.cfg.Restarted != nil {
+	if s.started && !s.renewed && s.cfg.Restarted != nil {
 		s.cfg.Restarted()
 	}
-	s.started = true
+	s.started, s.renewed = true, false
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socketpair: %w", err)
@@ -272,6 +284,28 @@ func (s *Slot) start() error {
 	return nil
 }
 
+// freshGroup moves the slot's steps to the spare memory group of its
+// cgroup when the current one holds more than cgroup.StaleBytes that
+// earlier steps left (page cache, kernel memory; see cgroup.Group.Stale),
+// so that the step's memory peak is its own. The helper is replaced: its
+// spawner thread is in the group, and the steps' cgroup namespace is
+// rooted there. That is not a restart for Restarted. A failure costs the
+// figures their precision, not the step: it is logged.
+func (s *Slot) freshGroup() {
+	stale, err := s.cfg.Cgroup.Stale()
+	if err != nil {
+		fmt.Fprintf(s.stderr(), "airlock slot: %v\n", err)
+	}
+	if !stale {
+		return
+	}
+	s.stop()
+	if err := s.cfg.Cgroup.Renew(); err != nil {
+		fmt.Fprintf(s.stderr(), "airlock slot: memory peaks include what earlier steps left: %v\n", err)
+	}
+	s.renewed = true
+}
+
 // stop ends the helper, and with it every process of its namespace.
 func (s *Slot) stop() {
 	if s.conn == nil {
@@ -310,6 +344,9 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 			s.stop()
 		default:
 		}
+	}
+	if s.cfg.Cgroup != nil {
+		s.freshGroup()
 	}
 	if s.conn == nil {
 		if err := s.start(); err != nil {
@@ -357,11 +394,12 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 		return Result{}, err
 	}
 	cap := int64(st.Limits.Output)
+	total := newOutputTotal(int64(st.Limits.OutputTotal))
 	var outC, errC Capture
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); outC = capture(outR, cap) }()
-	go func() { defer wg.Done(); errC = capture(errR, cap) }()
+	go func() { defer wg.Done(); outC = capture(outR, cap, st.Keep, total) }()
+	go func() { defer wg.Done(); errC = capture(errR, cap, st.Keep, total) }()
 	err = writeMsg(s.conn, request{Op: "run", Run: req}, []int{int(stdin.Fd()), int(outW.Fd()), int(errW.Fd())})
 	outW.Close()
 	errW.Close()
@@ -370,16 +408,28 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 	}
 	if err != nil {
 		s.stop()
+		total.finish()
 		wg.Wait()
 		return Result{}, fmt.Errorf("%w: %v", ErrHelperDied, err)
 	}
-	resp, err := s.await(ctx)
+	// The helper enforces the step's deadline; the worker enforces it too,
+	// later, on the helper: a step that starved its helper of CPU (its
+	// threads' scheduling is the step's uid's to change) cannot stretch
+	// its deadline, nor a shutdown.
+	var hard <-chan time.Time
+	if st.Timeout > 0 {
+		t := time.NewTimer(st.Timeout + s.cfg.Grace + 2*time.Second)
+		defer t.Stop()
+		hard = t.C
+	}
+	resp, err := s.await(ctx, total.tripped(), hard)
+	total.finish() // the step is over: the captures drain its pipes
 	if err != nil {
 		s.stop() // its namespace dies with it: nothing of the step survives
 		wg.Wait()
 		// What the step wrote before its helper died is kept, for the
 		// record: a step that ends its helper does not erase its tracks.
-		return Result{StartError: err.Error(), Stdout: outC, Stderr: errC}, err
+		return Result{StartError: err.Error(), OutputLimit: total.exceeded(), Stdout: outC, Stderr: errC}, err
 	}
 	wg.Wait()
 	var usage cgroup.Usage
@@ -397,7 +447,7 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 	return Result{
 		StartError: resp.StartError,
 		Exited:     resp.Exited, ExitCode: resp.ExitCode, Signal: syscall.Signal(resp.Signal),
-		TimedOut: resp.TimedOut, Canceled: resp.Canceled,
+		TimedOut: resp.TimedOut, Canceled: resp.Canceled, OutputLimit: total.exceeded(),
 		Duration: time.Duration(resp.DurationNS),
 		CPU:      time.Duration(resp.UtimeUS+resp.StimeUS) * time.Microsecond,
 		MaxRSSKB: resp.MaxRSSKB, Killed: resp.Killed,
@@ -407,8 +457,12 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 }
 
 // await reads the helper's answer; on ctx's end it asks the helper to stop
-// the step and keeps waiting, up to the grace and a margin.
-func (s *Slot) await(ctx context.Context) (runResponse, error) {
+// the step and keeps waiting, up to the grace and a margin. When over is
+// closed (the step wrote past Limits.OutputTotal), it asks the helper to
+// kill the step's tree at once. When hard fires (the step's deadline,
+// grace and a margin have passed without an answer) it gives up: the
+// caller stops the helper, and its namespace ends everything of the step.
+func (s *Slot) await(ctx context.Context, over <-chan struct{}, hard <-chan time.Time) (runResponse, error) {
 	type answer struct {
 		r   runResponse
 		err error
@@ -434,8 +488,18 @@ func (s *Slot) await(ctx context.Context) (runResponse, error) {
 				return runResponse{}, fmt.Errorf("%w: %v", ErrHelperDied, err)
 			}
 			giveUp = time.After(s.cfg.Grace + 5*time.Second)
+		case <-over:
+			over = nil
+			if err := writeMsg(s.conn, request{Op: "kill"}, nil); err != nil {
+				return runResponse{}, fmt.Errorf("%w: %v", ErrHelperDied, err)
+			}
+			if giveUp == nil {
+				giveUp = time.After(s.cfg.Grace + 5*time.Second)
+			}
 		case <-giveUp:
-			return runResponse{}, fmt.Errorf("%w: no answer after cancel", ErrHelperDied)
+			return runResponse{}, fmt.Errorf("%w: no answer after the step was stopped", ErrHelperDied)
+		case <-hard:
+			return runResponse{}, fmt.Errorf("%w: no answer past the step's deadline and grace", ErrHelperDied)
 		}
 	}
 }
@@ -464,32 +528,10 @@ func serveEgress(c *net.UnixConn, handle func(net.Conn)) {
 			nc, err := net.FileConn(f)
 			f.Close()
 			if err == nil {
-				go handle(nc)
+				handle(nc) // never blocks (Config.Egress)
 			}
 		}
 	}
-}
-
-// capture keeps the first max bytes of r and counts (and discards) the
-// rest until EOF: a step is never blocked or killed for talking.
-func capture(r *os.File, max int64) Capture {
-	defer r.Close()
-	var c Capture
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			c.Total += int64(n)
-			if room := max - int64(len(c.Data)); room > 0 {
-				c.Data = append(c.Data, buf[:min(int64(n), room)]...)
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	c.Truncated = c.Total > int64(len(c.Data))
-	return c
 }
 
 // DefaultPath is the PATH of a step that sets none.

@@ -58,20 +58,11 @@ func (h *helper) spawner(st Status, ready chan<- Status) {
 		}
 		st.Landlock = restrictThread(rules)
 	}
-	if h.cfg.CgroupThread {
-		// Join the slot's cgroup, this thread alone: every step it forks
-		// is born in the group, with no migration per step.
-		if tid := unix.Gettid(); tid == unix.Getpid() {
-			fail("the spawner runs on the main thread; it may not join the slot's cgroup")
-			return
-		}
-		id := []byte(strconv.Itoa(unix.Gettid()))
-		for _, fd := range h.cgroup {
-			if _, err := unix.Write(fd, id); err != nil {
-				fail("join the slot's cgroup: " + err.Error())
-				return
-			}
-		}
+	if h.cgroupErr != "" {
+		// This thread joins the slot's cgroup before setup
+		// (enterSlotCgroup): every step it forks is born in the group.
+		fail(h.cgroupErr)
+		return
 	}
 	st.Seccomp = installSeccomp(h.ipc == nil)
 	if strings.HasPrefix(st.Seccomp, "off") {

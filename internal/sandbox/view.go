@@ -3,6 +3,7 @@
 package sandbox
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -95,8 +96,10 @@ var viewDevices = []string{"null", "zero", "full", "random", "urandom"}
 var maskedProc = []string{"acpi", "asound", "interrupts", "kcore", "keys", "latency_stats",
 	"timer_list", "timer_stats", "sched_debug", "scsi",
 	// beyond runc's: the host's uids that hold keys, the kernel's build
-	// configuration and symbol table
-	"key-users", "config.gz", "kallsyms"}
+	// configuration and symbol table; the host's boot command line (its
+	// boot loader's paths, console, what init was told); its block
+	// devices, their activity, its swap files
+	"key-users", "config.gz", "kallsyms", "cmdline", "partitions", "diskstats", "swaps"}
 
 // readonlyProc (runc's and Docker's defaults) are made read-only.
 var readonlyProc = []string{"bus", "fs", "irq", "sys", "sysrq-trigger"}
@@ -370,6 +373,21 @@ func finishView(base string, c viewConfig) error {
 			return fmt.Errorf("mask /proc/%s: %w", name, err)
 		}
 	}
+	// The host's boot id, which would tell the steps of every slot and
+	// task that they share a machine: a value of the slot's own instead,
+	// a file of the root tmpfs bound over it and unlinked (read-only with
+	// /proc/sys below).
+	id := base + "/.boot_id"
+	if err := os.WriteFile(id, []byte(randomUUID()+"\n"), 0o444); err != nil {
+		return err
+	}
+	err := unix.Mount(id, proc+"/sys/kernel/random/boot_id", "", unix.MS_BIND, "")
+	if rmErr := os.Remove(id); err == nil {
+		err = rmErr
+	}
+	if err != nil {
+		return fmt.Errorf("mask /proc/sys/kernel/random/boot_id: %w", err)
+	}
 	for _, name := range readonlyProc {
 		p := proc + "/" + name
 		if _, err := os.Lstat(p); err != nil {
@@ -386,6 +404,15 @@ func finishView(base string, c viewConfig) error {
 		unix.Close(t.fd)
 	}
 	return nil
+}
+
+// randomUUID is a version 4 UUID, in boot_id's form.
+func randomUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails on Linux
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 // emptyRO mounts an empty read-only tmpfs over dir.

@@ -167,6 +167,27 @@ func (s *Set) Redact(t string) string {
 	return string(b)
 }
 
+// TrimCut returns b without the longest tail that begins a form of one of
+// the set's values (at most the whole form less one byte). It is for text
+// cut at a cap: a value cut there is not whole, so RedactBytes does not
+// find it, and its first bytes would be kept. A truncated stream loses
+// at most that tail, which may also be ordinary text.
+func (s *Set) TrimCut(b []byte) []byte {
+	if s.Empty() {
+		return b
+	}
+	cut := 0
+	for _, f := range s.forms {
+		for n := min(len(f)-1, len(b)); n > cut; n-- {
+			if bytes.HasSuffix(b, f[:n]) {
+				cut = n
+				break
+			}
+		}
+	}
+	return b[:len(b)-cut]
+}
+
 // RedactBytes returns b with every form of every value replaced by Mask,
 // and the names of the secrets found (sorted, once each).
 func (s *Set) RedactBytes(b []byte) ([]byte, []string) {

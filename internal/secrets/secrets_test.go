@@ -282,3 +282,29 @@ func TestEmptySet(t *testing.T) {
 		}
 	}
 }
+
+// TestTrimCut: a secret cut at a cap, at any byte, leaves nothing of
+// itself in what is kept; whole ones are left to RedactBytes, and text
+// that ends otherwise is kept whole.
+func TestTrimCut(t *testing.T) {
+	v := "tok-3f9a77c2e1"
+	set := load(t, map[string]string{"TOKEN": v}, "TOKEN")
+	b64 := base64.StdEncoding.EncodeToString([]byte(v))
+	for _, form := range []string{v, b64} {
+		for n := 1; n < len(form); n++ {
+			in := "line one\nthe token is " + form[:n]
+			if got := string(set.TrimCut([]byte(in))); got != "line one\nthe token is " {
+				t.Errorf("cut after %d bytes of %q: kept %q", n, form, got)
+			}
+		}
+	}
+	for _, in := range []string{"nothing of it here", "", "ends with " + v} {
+		if got := string(set.TrimCut([]byte(in))); got != in {
+			t.Errorf("TrimCut(%q) = %q, want it unchanged", in, got)
+		}
+	}
+	var empty *Set
+	if got := string(empty.TrimCut([]byte("abc"))); got != "abc" {
+		t.Errorf("an empty set trimmed %q", got)
+	}
+}

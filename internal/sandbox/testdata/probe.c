@@ -26,6 +26,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#ifndef F_SETSIG
+#define F_SETSIG 10
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+
 #define IPCKEY 0x41495243 /* "AIRC" */
 
 static void report(const char *name, long rc) {
@@ -46,6 +56,76 @@ static long unix_connect(const char *path) {
 	close(fd);
 	errno = e;
 	return rc;
+}
+
+/* forge sends every signal, 1 to 64, to every thread of the slot's helper
+ * (PID 1 of the step's namespace) in every way a process of the same uid
+ * can: rt_tgsigqueueinfo and rt_sigqueueinfo with each negative si_code a
+ * sender may forge (SI_QUEUE, SI_MESGQ, SI_ASYNCIO, SI_SIGIO, SI_DETHREAD,
+ * SI_ASYNCNL, an unknown one), tgkill (SI_TKILL), kill and
+ * pidfd_send_signal (SI_USER and SI_QUEUE), and a pipe's F_SETSIG owner
+ * (SI_SIGIO). With only, just the signals of a crash: SIGSEGV, SIGBUS,
+ * SIGFPE, SIGILL, SIGABRT, SI_QUEUE and SI_TKILL. It prints how many
+ * threads it found and how many sends the kernel accepted and refused. */
+static void forge(const char *name, int only) {
+	static const int codes[] = {SI_QUEUE, SI_MESGQ, SI_ASYNCIO, SI_SIGIO, -7 /* SI_DETHREAD */, SI_ASYNCNL, -1000};
+	static const int crash[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+	int tids[256], nt = 0, sent = 0, refused = 0, firsterr = 0;
+	DIR *d = opendir("/proc/1/task");
+	struct dirent *e;
+	while (d && (e = readdir(d)) && nt < 256)
+		if (atoi(e->d_name) > 0)
+			tids[nt++] = atoi(e->d_name);
+	if (d)
+		closedir(d);
+#define SENT(rc) do { if ((rc) == 0) sent++; else { refused++; if (!firsterr) firsterr = errno; } } while (0)
+	int pidfd = syscall(SYS_pidfd_open, 1, 0);
+	int pipefd[2] = {-1, -1};
+	if (!only && pipe(pipefd) == 0)
+		fcntl(pipefd[0], F_SETFL, O_ASYNC | O_NONBLOCK);
+	int nsig = only ? (int)(sizeof crash / sizeof crash[0]) : 64;
+	for (int k = 0; k < nsig; k++) {
+		int sig = only ? crash[k] : k + 1;
+		for (int t = 0; t < nt; t++) {
+			for (unsigned c = 0; c < (only ? 1 : sizeof codes / sizeof codes[0]); c++) {
+				siginfo_t si;
+				memset(&si, 0, sizeof si);
+				si.si_signo = sig;
+				si.si_code = codes[c];
+				si.si_pid = getpid();
+				si.si_uid = getuid();
+				SENT(syscall(SYS_rt_tgsigqueueinfo, 1, tids[t], sig, &si));
+				if (!only)
+					SENT(syscall(SYS_rt_sigqueueinfo, tids[t], sig, &si));
+			}
+			SENT(syscall(SYS_tgkill, 1, tids[t], sig));
+			if (!only && pipefd[0] >= 0) {
+				struct f_owner_ex o = {F_OWNER_TID, tids[t]};
+				char b = 0;
+				if (fcntl(pipefd[0], F_SETSIG, sig) == 0 && fcntl(pipefd[0], F_SETOWN_EX, &o) == 0 &&
+				    write(pipefd[1], &b, 1) == 1 && read(pipefd[0], &b, 1) == 1)
+					sent++;
+				else
+					SENT(-1);
+			}
+		}
+		if (!only) {
+			SENT(kill(1, sig));
+			if (pidfd >= 0) {
+				siginfo_t si;
+				memset(&si, 0, sizeof si);
+				si.si_signo = sig;
+				si.si_code = SI_QUEUE;
+				si.si_pid = getpid();
+				si.si_uid = getuid();
+				SENT(syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0));
+				SENT(syscall(SYS_pidfd_send_signal, pidfd, sig, &si, 0));
+			}
+		}
+	}
+#undef SENT
+	usleep(300000); /* let the helper die, if it does */
+	printf("%s threads %d sent %d refused %d %s\n", name, nt, sent, refused, firsterr ? strerrorname_np(firsterr) : "-");
 }
 
 int main(int argc, char **argv) {
@@ -118,6 +198,12 @@ int main(int argc, char **argv) {
 			report(c, socket(AF_INET, SOCK_STREAM, 0));
 		else if (!strcmp(c, "socket-unix"))
 			report(c, socket(AF_UNIX, SOCK_STREAM, 0));
+		else if (!strcmp(c, "socket-mptcp"))
+			report(c, socket(AF_INET, SOCK_STREAM, 262 /* IPPROTO_MPTCP */));
+		else if (!strcmp(c, "socket-mptcp6"))
+			report(c, socket(AF_INET6, SOCK_STREAM, 262));
+		else if (!strcmp(c, "socket-mptcp-highbits"))
+			report(c, syscall(SYS_socket, AF_INET, SOCK_STREAM, 0x100000106L));
 		else if (!strcmp(c, "socket-vsock-highbits"))
 			report(c, syscall(SYS_socket, 0x100000028L, SOCK_STREAM, 0));
 		else if (!strncmp(c, "connect=", 8)) {
@@ -166,7 +252,11 @@ int main(int argc, char **argv) {
 				closedir(d);
 			usleep(200000); /* let the helper die, if it does */
 			printf("signal-helper sent %d refused %d\n", sent, refused);
-		} else if (!strcmp(c, "tamper-rlimit")) {
+		} else if (!strcmp(c, "forge-signals"))
+			forge(c, 0);
+		else if (!strcmp(c, "forge-crash-signals"))
+			forge(c, 1);
+		else if (!strcmp(c, "tamper-rlimit")) {
 			/* lower the helper's stack and descriptor limits */
 			struct rlimit r = {65536, 65536};
 			long rc = prlimit(1, RLIMIT_STACK, &r, NULL);
@@ -175,6 +265,26 @@ int main(int argc, char **argv) {
 				rc = prlimit(1, RLIMIT_NOFILE, &n, NULL);
 			}
 			report("tamper-rlimit", rc);
+		} else if (!strcmp(c, "prlimit-helper")) {
+			/* RLIMIT_CPU at 0 for every thread of the helper: the kernel
+			 * would SIGKILL it at its next tick on a CPU */
+			int ok = 0, refused = 0, firsterr = 0;
+			DIR *d = opendir("/proc/1/task");
+			struct dirent *e;
+			struct rlimit r = {0, 0};
+			while (d && (e = readdir(d)))
+				if (atoi(e->d_name) > 0) {
+					if (prlimit(atoi(e->d_name), RLIMIT_CPU, &r, NULL) == 0)
+						ok++;
+					else {
+						refused++;
+						if (!firsterr)
+							firsterr = errno;
+					}
+				}
+			if (d)
+				closedir(d);
+			printf("prlimit-helper ok %d refused %d %s\n", ok, refused, firsterr ? strerrorname_np(firsterr) : "-");
 		} else if (!strcmp(c, "tamper-nice")) {
 			/* renice every thread of the helper */
 			int ok = 0;
