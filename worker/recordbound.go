@@ -143,9 +143,10 @@ func paddingOf(s string) int {
 }
 
 // Bounds of the parts of a record other than the steps' output, each
-// measured as JSON encodes it: together they are the record's fixed
-// overhead above max_record_bytes (under 1 MiB, whatever the steps wrote
-// or the spec asked).
+// measured as JSON encodes it: with the schema violations (20), the
+// egress entries and the artifacts (the operator's -max-artifacts) they
+// are the record's fixed overhead above max_record_bytes, whatever the
+// steps wrote or the spec asked.
 const (
 	maxTextBytes    = 4 << 10  // one error or reason string
 	maxArgvBytes    = 4 << 10  // one step's argv as the record lists it

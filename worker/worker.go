@@ -605,9 +605,17 @@ func (w *Worker) Slots() (busy, total int) {
 // stops taking tasks, kills running steps' process trees and validation
 // children, hands unfinished tasks back to their queue, and removes their
 // workspaces. It returns within ShutdownTimeout plus Grace of ctx's end
-// (and the removal of the slots), whatever the tasks do.
+// (and the removal of the slots), whatever the tasks do: past that it
+// returns without closing the slots, whose helpers die with the process.
 func (w *Worker) Run(ctx context.Context) error {
+	abandoned := false // tasks outlived the shutdown's bound: see below
 	defer func() {
+		if abandoned {
+			// Closing a slot waits for the step it runs. Its helper dies
+			// with this process (parent-death signal), and the next
+			// worker sweeps what it left, as after a crash.
+			return
+		}
 		w.closeSlots()
 		w.closeCgroups()
 		if err := w.ws.Close(); err != nil {
@@ -665,6 +673,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-stopped:
 		w.log.Info().Msg("worker stopped")
 	case <-limit.C:
+		abandoned = true
 		w.log.Error().Dur("after", w.cfg.ShutdownTimeout+w.cfg.Grace).Msg("tasks still running past -shutdown-timeout and -grace: stopping without them")
 	}
 	return nil
