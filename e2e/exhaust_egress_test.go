@@ -174,8 +174,14 @@ curl -sS -o /dev/null -w 'regular=%%{http_code}\n' %s/
 	before := b.workerStats()
 	b.resetPeak()
 	rec, peak := b.runSampled(fmt.Sprintf(`{"version": 1, "network": true, "timeout": "60s", "limits": {"open_files": 1024}, "files": {"c.sh": %q}, "steps": [{"run": ["bash", "c.sh"]}]}`, script))
-	time.Sleep(200 * time.Millisecond)
-	after := b.workerStats()
+	// The worker's own Redis pool may grow by a few connections while
+	// the run is reported; a leak of the held connections is 64.
+	var after procStats
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if after = b.workerStats(); after.FDs <= before.FDs+16 || time.Now().After(deadline) {
+			break
+		}
+	}
 	t.Logf("worker before: %s; peak while running: %s; after: %s", before, peak, after)
 	out := stepOf(t, rec, 0).Stdout
 	if !strings.Contains(out, fmt.Sprintf("opened=%d", conns)) || !strings.Contains(out, "regular=200") {
@@ -184,7 +190,7 @@ curl -sS -o /dev/null -w 'regular=%%{http_code}\n' %s/
 	if peak.FDs >= 200 || after.FDs >= 200 {
 		t.Errorf("worker descriptors: %d at most while running, %d after; want under 200", peak.FDs, after.FDs)
 	}
-	if after.FDs > before.FDs+4 {
+	if after.FDs > before.FDs+16 {
 		t.Errorf("worker descriptors: %d before, %d after: not released", before.FDs, after.FDs)
 	}
 	if grew := max(peak.HWM, after.HWM) - before.RSS; grew > 50<<20 {
