@@ -40,6 +40,14 @@ type ClientOptions struct {
 	// Prefix is the prefix of Airlock's keys in Redis (published limits,
 	// events, approvals): the workers' -prefix. "" means "airlock:".
 	Prefix string
+	// Principal is who asks, stamped on every spec Enqueue takes (its
+	// principal field, in the run record, events and approvals, and what
+	// a policy's principal condition matches): a front end that serves
+	// one caller sets it (the MCP server's -principal, enqueue
+	// -principal). Enqueue refuses a spec that names another principal.
+	// "" stamps nothing: a spec's own principal, if any, is kept (the
+	// HTTP API stamps each spec with its token's name itself).
+	Principal string
 }
 
 func (o ClientOptions) withDefaults() ClientOptions {

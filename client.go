@@ -97,11 +97,34 @@ type Enqueued struct {
 // asynq's deadline for the task is the spec's timeout plus
 // ClientOptions.Grace, rounded up to a whole second, which is what asynq
 // stores. A spec with an idempotency_key gets a task id derived from its
-// queue and key; when that task exists, Enqueue returns it with Duplicate
-// set and a nil error.
+// queue, principal and key (IdempotentTaskIDFor): when that task exists,
+// Enqueue returns it with Duplicate set and a nil error. Two principals
+// that send one key get two tasks.
+//
+// A call of an action ({"action": NAME, "params": ...}) is checked
+// against the catalog its queue's workers published (actions.Load): an
+// action they do not have is a *tasks.FieldError on action, params that
+// break the action's schema one on params or its member. Its deadline
+// and retries are the action's.
+//
+// A spec that uses a secret its queue's workers do not grant it (their
+// policy's secrets: section, as they published it) is refused too: a
+// *tasks.FieldError on secrets[i], steps[i].env or inputs[i].headers.
+//
+// With ClientOptions.Principal set, the spec is stamped with it; a spec
+// that names another principal is refused (a *tasks.FieldError on
+// principal).
 func (c *Client) Enqueue(ctx context.Context, spec *tasks.Spec) (Enqueued, error) {
 	if spec == nil {
 		return Enqueued{}, errors.New("airlock: Enqueue of a nil spec")
+	}
+	if p := c.opts.Principal; p != "" {
+		if spec.Principal != "" && spec.Principal != p {
+			return Enqueued{}, &tasks.FieldError{Field: "principal",
+				Msg:  fmt.Sprintf("%q: this client enqueues for %q only", spec.Principal, p),
+				Hint: "leave principal out: the client stamps it"}
+		}
+		spec.Principal = p
 	}
 	queue := spec.Queue
 	if queue == "" {
@@ -114,14 +137,21 @@ func (c *Client) Enqueue(ctx context.Context, spec *tasks.Spec) (Enqueued, error
 	if err := spec.Prepare(p); err != nil {
 		return Enqueued{}, err
 	}
+	if err := c.checkGrants(ctx, spec); err != nil {
+		return Enqueued{}, err
+	}
+	timeout, maxRetry, err := c.runBounds(ctx, spec, p)
+	if err != nil {
+		return Enqueued{}, err
+	}
 	payload, err := spec.Encode(c.opts.MaxPayload)
 	if err != nil {
 		return Enqueued{}, err
 	}
 	opts := []asynq.Option{
 		asynq.Queue(spec.Queue),
-		asynq.MaxRetry(*spec.MaxRetry),
-		asynq.Timeout(ceilSecond(time.Duration(spec.Timeout) + c.opts.Grace)),
+		asynq.MaxRetry(maxRetry),
+		asynq.Timeout(ceilSecond(timeout + c.opts.Grace)),
 		asynq.Retention(c.opts.Retention),
 	}
 	if spec.IdempotencyKey == "" {
@@ -137,7 +167,7 @@ func (c *Client) Enqueue(ctx context.Context, spec *tasks.Spec) (Enqueued, error
 // enqueueOnce enqueues a spec that has an idempotency key under the task id
 // derived from it, or reports the task that already has that id.
 func (c *Client) enqueueOnce(ctx context.Context, spec *tasks.Spec, payload []byte, opts []asynq.Option) (Enqueued, error) {
-	id := IdempotentTaskID(spec.Queue, spec.IdempotencyKey)
+	id := IdempotentTaskIDFor(spec.Queue, spec.Principal, spec.IdempotencyKey)
 	opts = append(opts, asynq.TaskID(id))
 	// The existing task may go (its retention ends) between the conflict
 	// and the look-up; then enqueueing again is right.
@@ -161,9 +191,25 @@ func (c *Client) enqueueOnce(ctx context.Context, spec *tasks.Spec, payload []by
 }
 
 // IdempotentTaskID is the task id of a spec with idempotency key key in
-// queue: "ik-" and 40 hex digits of the SHA-256 of queue, NUL, key.
+// queue that names no principal: "ik-" and 40 hex digits of the SHA-256
+// of queue, NUL, key.
 func IdempotentTaskID(queue, key string) string {
-	sum := sha256.Sum256([]byte(queue + "\x00" + key))
+	return IdempotentTaskIDFor(queue, "", key)
+}
+
+// IdempotentTaskIDFor is the task id of a spec with idempotency key key in
+// queue, asked for by principal: the key is scoped per principal, so that
+// another caller's same key never reaches this caller's task. "ik-" and
+// 40 hex digits of the SHA-256 of queue, NUL, principal, NUL, key; with no
+// principal, of queue, NUL, key (IdempotentTaskID, the ids of specs
+// enqueued before principals). Neither a queue nor a key holds a NUL
+// (Prepare), so the two forms never share an input.
+func IdempotentTaskIDFor(queue, principal, key string) string {
+	in := queue + "\x00" + key
+	if principal != "" {
+		in = queue + "\x00" + principal + "\x00" + key
+	}
+	sum := sha256.Sum256([]byte(in))
 	return "ik-" + hex.EncodeToString(sum[:])[:40]
 }
 

@@ -60,7 +60,11 @@ type StepSummary struct {
 // RunSummary is the part of the run record kept with an approval and
 // copied into the manifest at promotion.
 type RunSummary struct {
-	Queue     string    `json:"queue"`
+	Queue string `json:"queue"`
+	// Principal is who asked for the run (the run record's principal):
+	// the API token's name, the MCP server's -principal; empty when the
+	// enqueuer named nobody.
+	Principal string    `json:"principal,omitempty"`
 	Attempt   int       `json:"attempt"`
 	StartedAt time.Time `json:"started_at"`
 	// StepsMS is the time its steps took, together (the run record's
@@ -89,7 +93,11 @@ type Approval struct {
 	Artifacts    []record.Artifact `json:"artifacts"`
 	Run          RunSummary        `json:"run"`
 	// Decision, once made.
-	DecidedBy string    `json:"decided_by,omitempty"` // a login, or "policy:<name>" for auto-promotion
+	DecidedBy string `json:"decided_by,omitempty"` // a login, or "policy:<name>" for auto-promotion
+	// ByNote is a display note beside DecidedBy: the name a decider's
+	// front end was given but could not vouch for (the HTTP API's body
+	// "by", when it is not the token's name). It is never who decided.
+	ByNote    string    `json:"by_note,omitempty"`
 	DecidedAt time.Time `json:"decided_at,omitzero"`
 	Comment   string    `json:"comment,omitempty"`
 	// PromotedAt is set once the promote task has published the output,

@@ -65,6 +65,12 @@ func encode(a *Approval) ([]any, error) {
 	if a.Comment != "" {
 		p = append(p, fComment, a.Comment)
 	}
+	if a.ByNote != "" {
+		p = append(p, fByNote, a.ByNote)
+	}
+	if a.Run.Principal != "" {
+		p = append(p, fPrincipal, a.Run.Principal)
+	}
 	if a.StagedBytes > 0 {
 		p = append(p, fStaged, strconv.FormatInt(a.StagedBytes, 10))
 	}
@@ -101,13 +107,20 @@ func setField(a *Approval, name, v string) error {
 	case fArtifacts:
 		err = json.Unmarshal([]byte(v), &a.Artifacts)
 	case fRun:
-		q := a.Run.Queue
+		q, pr := a.Run.Queue, a.Run.Principal
 		err = json.Unmarshal([]byte(v), &a.Run)
 		if q != "" {
 			a.Run.Queue = q
 		}
+		if pr != "" {
+			a.Run.Principal = pr
+		}
 	case fQueue:
 		a.Run.Queue = v
+	case fPrincipal:
+		a.Run.Principal = v
+	case fByNote:
+		a.ByNote = v
 	case fResult:
 		a.Result = []byte(v)
 	case fDecidedBy:

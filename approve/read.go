@@ -233,7 +233,7 @@ func (s *Store) History(ctx context.Context, id string) ([]Event, error) {
 func eventOf(v map[string]any) (Event, error) {
 	str := func(k string) string { s, _ := v[k].(string); return s }
 	at, err := parseMicros(str("at"))
-	return Event{At: at, From: State(str("from")), To: State(str("to")), By: str("by"), Comment: str("comment")}, err
+	return Event{At: at, From: State(str("from")), To: State(str("to")), By: str("by"), ByNote: str("by_note"), Comment: str("comment")}, err
 }
 
 // Watch calls fn with each new pending approval as it is parked, in order,

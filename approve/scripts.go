@@ -54,7 +54,8 @@ return 1
 
 // decideScript is the compare-and-set of a decision.
 // KEYS: hash, data, audit. ARGV: to (accepted, rejected, or "expire" for
-// the sweeper), by, comment, now, retention ms (0: none), full view ("1").
+// the sweeper), by, comment, now, retention ms (0: none), full view ("1"),
+// by_note ("": none).
 // Returns {status, view}: status notfound, decided (not pending), expired
 // (it just expired), notdue (expire only) or ok.
 var decideScript = redis.NewScript(luaView(6) + `
@@ -64,7 +65,7 @@ if st[1] ~= 'pending' then return {'decided', view()} end
 local exp = tonumber(st[2])
 if exp and tonumber(ARGV[4]) >= exp then
   redis.call('HSET', KEYS[1], 'state', 'expired', 'decided_at', st[2])
-  redis.call('HDEL', KEYS[1], 'decided_by', 'comment')
+  redis.call('HDEL', KEYS[1], 'decided_by', 'comment', 'by_note')
   redis.call('DEL', KEYS[2])
   redis.call('XADD', KEYS[3], '*', 'from', 'pending', 'to', 'expired', 'by', '', 'comment', '', 'at', st[2])
   finish(ARGV[5])
@@ -72,7 +73,8 @@ if exp and tonumber(ARGV[4]) >= exp then
 end
 if ARGV[1] == 'expire' then return {'notdue', view()} end
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'decided_by', ARGV[2], 'decided_at', ARGV[4], 'comment', ARGV[3])
-redis.call('XADD', KEYS[3], '*', 'from', 'pending', 'to', ARGV[1], 'by', ARGV[2], 'comment', ARGV[3], 'at', ARGV[4])
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'by_note', ARGV[7]) end
+redis.call('XADD', KEYS[3], '*', 'from', 'pending', 'to', ARGV[1], 'by', ARGV[2], 'by_note', ARGV[7], 'comment', ARGV[3], 'at', ARGV[4])
 if ARGV[1] == 'rejected' then
   redis.call('DEL', KEYS[2])
   finish(ARGV[5])
@@ -147,7 +149,7 @@ func (s *Store) indexOps(ctx context.Context, p redis.Pipeliner, a *Approval) {
 func (s *Store) auditOp(ctx context.Context, p redis.Pipeliner, id string, e Event) {
 	p.XAdd(ctx, &redis.XAddArgs{
 		Stream: s.auditKey(), MaxLen: auditMaxLen, Approx: true,
-		Values: []any{"id", id, "from", string(e.From), "to", string(e.To), "by", e.By, "comment", e.Comment, "at", micros(e.At)},
+		Values: []any{"id", id, "from", string(e.From), "to", string(e.To), "by", e.By, "by_note", e.ByNote, "comment", e.Comment, "at", micros(e.At)},
 	})
 }
 
@@ -164,7 +166,7 @@ func (s *Store) runEventOp(ctx context.Context, p redis.Pipeliner, a *Approval, 
 		return // pending: the worker's own "parked" event says it
 	}
 	s.events.AppendOp(ctx, p, events.Event{RunID: a.RunID, TaskID: a.TaskID, State: e.To.Run(),
-		Verdict: record.VerdictOK, ApprovalID: a.ID, Time: e.At})
+		Verdict: record.VerdictOK, ApprovalID: a.ID, Principal: a.Run.Principal, Time: e.At})
 }
 
 // afterOps are the index updates that match a (when not nil) and the

@@ -62,11 +62,13 @@ type Options struct {
 
 // Event is one entry of an approval's audit trail.
 type Event struct {
-	At      time.Time `json:"at"`
-	From    State     `json:"from"` // "" when the approval was parked
-	To      State     `json:"to"`   // a state, or EventPromoted
-	By      string    `json:"by,omitempty"`
-	Comment string    `json:"comment,omitempty"`
+	At   time.Time `json:"at"`
+	From State     `json:"from"` // "" when the approval was parked
+	To   State     `json:"to"`   // a state, or EventPromoted
+	By   string    `json:"by,omitempty"`
+	// ByNote is the decision's display note beside By (Approval.ByNote).
+	ByNote  string `json:"by_note,omitempty"`
+	Comment string `json:"comment,omitempty"`
 }
 
 // Store keeps approvals in Redis.
@@ -75,7 +77,7 @@ type Event struct {
 //
 //	P approval:{ID}          hash: the approval (source of truth)
 //	P approval:{ID}:data     hash: artifact name → staged bytes
-//	P approval:{ID}:audit    stream: from, to, by, comment, at (µs)
+//	P approval:{ID}:audit    stream: from, to, by, by_note, comment, at (µs)
 //	P approvals:pending      zset: pending, by created_at
 //	P approvals:expiry       zset: pending, by expires_at
 //	P approvals:accepted     zset: accepted (promoted or not), by decided_at
@@ -83,7 +85,7 @@ type Event struct {
 //	P approvals:rejected     zset: by decided_at
 //	P approvals:expired      zset: by decided_at (= expires_at)
 //	P approvals:all          zset: every approval, by created_at
-//	P audit                  stream: every transition (id, from, to, by, comment, at), MAXLEN ~ 100000
+//	P audit                  stream: every transition (id, from, to, by, by_note, comment, at), MAXLEN ~ 100000
 //	P staged                 hash: ID → staged bytes of every approval that holds them, and their total (MaxPendingBytes)
 //
 // The three keys of one approval share the hash tag {ID}, hence one Redis
@@ -207,9 +209,11 @@ const (
 	fPublished = "published_to"
 	fResultSHA = "result_sha256"
 	fStaged    = "staged_bytes"
+	fByNote    = "by_note"
+	fPrincipal = "principal" // the run summary's, kept apart as the queue is (List reads it)
 )
 
 // summaryFields are what List reads: neither the result, the artifacts nor
 // the run summary (except its queue).
 var summaryFields = []string{fID, fTaskID, fRunID, fState, fCreatedAt, fExpiresAt, fReasons,
-	fQueue, fDecidedBy, fDecidedAt, fComment, fPromoted, fStaged}
+	fQueue, fDecidedBy, fDecidedAt, fComment, fPromoted, fStaged, fByNote, fPrincipal}

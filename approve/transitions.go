@@ -136,7 +136,7 @@ func (s *Store) prepare(a *Approval, data map[string][]byte) (*parking, error) {
 	var at time.Time
 	switch c.State {
 	case StatePending:
-		if c.DecidedBy != "" || !c.DecidedAt.IsZero() || c.Comment != "" || !c.PromotedAt.IsZero() {
+		if c.DecidedBy != "" || c.ByNote != "" || !c.DecidedAt.IsZero() || c.Comment != "" || !c.PromotedAt.IsZero() {
 			return nil, fmt.Errorf("approve: park %s: a pending approval has no decision", c.ID)
 		}
 		if c.ExpiresAt.IsZero() {
@@ -274,19 +274,43 @@ func (s *Store) Data(ctx context.Context, id, name string) ([]byte, error) {
 // When the approval was accepted but the indexes could not be updated,
 // Accept returns it together with an error.
 func (s *Store) Accept(ctx context.Context, id, by, comment string) (*Approval, error) {
-	return s.decide(ctx, id, StateAccepted, by, comment)
+	return s.Decide(ctx, id, StateAccepted, Decision{By: by, Comment: comment})
 }
 
 // Reject rejects pending approval id for by, who must say why (comment),
 // and drops its staged bytes. Errors as Accept's.
 func (s *Store) Reject(ctx context.Context, id, by, comment string) (*Approval, error) {
-	if strings.TrimSpace(comment) == "" {
-		return nil, fmt.Errorf("approve: reject %s: %w", id, ErrCommentRequired)
-	}
-	return s.decide(ctx, id, StateRejected, by, comment)
+	return s.Decide(ctx, id, StateRejected, Decision{By: by, Comment: comment})
 }
 
-func (s *Store) decide(ctx context.Context, id string, to State, by, comment string) (*Approval, error) {
+// Decision is who decides an approval, and why.
+type Decision struct {
+	// By is who decides, recorded as decided_by: the one accountable (a
+	// login, an API token's name). Required.
+	By string
+	// ByNote is an optional display note kept beside By (Approval.ByNote),
+	// such as a name the decider's front end was given but cannot vouch
+	// for; it never stands for By.
+	ByNote string
+	// Comment says why: optional to accept, required to reject.
+	Comment string
+}
+
+// Decide accepts (to StateAccepted) or rejects (StateRejected) pending
+// approval id for d.By, as Accept and Reject do, keeping d.ByNote beside
+// d.By in the approval and its audit trail.
+func (s *Store) Decide(ctx context.Context, id string, to State, d Decision) (*Approval, error) {
+	if to != StateAccepted && to != StateRejected {
+		return nil, fmt.Errorf("approve: decide %s: state %q: want %s or %s", id, to, StateAccepted, StateRejected)
+	}
+	if to == StateRejected && strings.TrimSpace(d.Comment) == "" {
+		return nil, fmt.Errorf("approve: reject %s: %w", id, ErrCommentRequired)
+	}
+	return s.decide(ctx, id, to, d)
+}
+
+func (s *Store) decide(ctx context.Context, id string, to State, d Decision) (*Approval, error) {
+	by, comment := d.By, d.Comment
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
@@ -304,7 +328,7 @@ func (s *Store) decide(ctx context.Context, id string, to State, by, comment str
 			return nil, fmt.Errorf("approve: accept %s: %w", id, err)
 		}
 	}
-	v, err := decideScript.Run(ctx, s.rdb, s.Keys(id), string(to), by, comment, micros(now), s.retentionMS(), "1").Result()
+	v, err := decideScript.Run(ctx, s.rdb, s.Keys(id), string(to), by, comment, micros(now), s.retentionMS(), "1", d.ByNote).Result()
 	if err != nil {
 		return nil, fmt.Errorf("approve: %s %s: %w", to, id, err)
 	}
@@ -319,7 +343,7 @@ func (s *Store) decide(ctx context.Context, id string, to State, by, comment str
 		}
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	case "ok":
-		return a, s.after(ctx, a, &Event{At: a.DecidedAt, From: StatePending, To: to, By: by, Comment: comment})
+		return a, s.after(ctx, a, &Event{At: a.DecidedAt, From: StatePending, To: to, By: by, ByNote: d.ByNote, Comment: comment})
 	case "expired":
 		err := s.after(ctx, a, &Event{At: a.DecidedAt, From: StatePending, To: StateExpired})
 		return nil, joinErr(&DecidedError{ID: id, State: StateExpired, At: a.DecidedAt}, err)
@@ -419,7 +443,7 @@ func (s *Store) ExpireDue(ctx context.Context) (int, error) {
 		cmds := make([]*redis.Cmd, len(ids))
 		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, id := range ids {
-				cmds[i] = decideScript.Eval(ctx, p, s.Keys(id), "expire", "", "", micros(now), s.retentionMS(), "0")
+				cmds[i] = decideScript.Eval(ctx, p, s.Keys(id), "expire", "", "", micros(now), s.retentionMS(), "0", "")
 			}
 			return nil
 		})

@@ -360,7 +360,19 @@ func TestAPIClientsCSVReport(t *testing.T) {
 	partnerToken := csvreport.NewToken()
 	partner := httptest.NewServer(&csvreport.Partner{Token: partnerToken, Rows: 500})
 	t.Cleanup(partner.Close)
-	b := setup(t, "-store", t.TempDir(), "-fetch-allow", "127.0.0.1", "-secrets-dir", secretsDir(t, "PARTNER_TOKEN", partnerToken))
+	// The clients run the csv-report action by name: the worker's catalog
+	// holds it, pointed at this partner; its policy parks (the clients
+	// accept as approvers) and grants the token to the action alone.
+	def, err := csvreport.Definition(partner.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actionsDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(actionsDir, csvreport.Name+".yaml"), def, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := setupWithPolicy(t, `{"secrets": {"PARTNER_TOKEN": {"actions": ["csv-report"], "hosts": ["127.0.0.1"]}}}`, "-actions", actionsDir,
+		"-store", t.TempDir(), "-fetch-allow", "127.0.0.1", "-secrets-dir", secretsDir(t, "PARTNER_TOKEN", partnerToken))
 	apiURL, err := url.Parse(startAPI(t, b))
 	if err != nil {
 		t.Fatal(err)

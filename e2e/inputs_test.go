@@ -184,7 +184,8 @@ func redisHolds(t *testing.T, needles []string) []string {
 func TestFetchInputWithSecret(t *testing.T) {
 	t.Parallel()
 	p := newPartner(t)
-	b := setup(t, "-fetch-allow", "127.0.0.1", "-secrets-dir", secretsDir(t, "PARTNER_TOKEN", p.token))
+	b := setupWithPolicy(t, `{"secrets": {"PARTNER_TOKEN": {"queues": ["{{queue}}"], "hosts": ["127.0.0.1"], "env": true}}}`,
+		"-fetch-allow", "127.0.0.1", "-secrets-dir", secretsDir(t, "PARTNER_TOKEN", p.token))
 	query := "q-" + randHex(t, 8)
 	spec := fmt.Sprintf(`{"version": 1, "secrets": ["PARTNER_TOKEN"],
 		"inputs": [
@@ -364,7 +365,8 @@ func TestFetchLimits(t *testing.T) {
 // but not provided fails the run naming it.
 func TestSecretsDeclaredAndProvided(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "-secrets-dir", secretsDir(t, "HAVE_IT", "value-"+randHex(t, 8)))
+	b := setupWithPolicy(t, `{"secrets": {"HAVE_IT": {"queues": ["{{queue}}"], "env": true}, "NOT_HERE": {"queues": ["{{queue}}"], "env": true}}}`,
+		"-secrets-dir", secretsDir(t, "HAVE_IT", "value-"+randHex(t, 8)))
 	undeclared := `{"version": 1, "queue": "` + b.queue + `", "steps": [{"run": ["true"], "env": {"X": "${secret:NOT_DECLARED}"}}]}`
 	code, _, stderr := b.enqueueCLI(undeclared, "-")
 	if code != 2 || !strings.Contains(stderr, "steps[0].env") || !strings.Contains(stderr, "NOT_DECLARED") {
@@ -391,8 +393,10 @@ func TestSecretsDeclaredAndProvided(t *testing.T) {
 func TestSecretInArtifactsParks(t *testing.T) {
 	t.Parallel()
 	token := "leak-" + randHex(t, 12)
-	pol := writePolicy(t, `{"default": "promote"}`)
-	b := setup(t, "-store", t.TempDir(), "-policy", pol, "-secrets-dir", secretsDir(t, "API_KEY", token))
+	// A policy that promotes such a run, its steps having seen the secret.
+	b := setupWithPolicy(t, `{"default": "promote", "rules": [{"name": "all", "when": {"secret_in_env": true}, "then": "promote"}],
+		"secrets": {"API_KEY": {"queues": ["{{queue}}"], "env": true}}}`,
+		"-store", t.TempDir(), "-secrets-dir", secretsDir(t, "API_KEY", token))
 	rec := b.run(`{"version": 1, "secrets": ["API_KEY"],
 		"steps": [{"run": ["sh", "-c", "printf '{\"total\": 1, \"note\": \"%s\"}' \"$K\" > out/result.json; printf 'k=%s\\n' \"$K\" > out/a.csv"],
 		           "env": {"K": "${secret:API_KEY}"}}],

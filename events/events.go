@@ -7,7 +7,9 @@
 // Stream key: <prefix>events, "airlock:events" with the default prefix
 // (capped at about 100,000 entries). Each entry has the fields run_id,
 // task_id, state, verdict, approval_id (may be empty), error (may be
-// empty) and time (RFC 3339, UTC, nanoseconds).
+// empty) and time (RFC 3339, UTC, nanoseconds); and principal, who asked
+// for the run (the API token's name, the MCP server's -principal), when
+// the run names one.
 package events
 
 import (
@@ -39,7 +41,10 @@ type Event struct {
 	Verdict    record.Verdict `json:"verdict"`
 	ApprovalID string         `json:"approval_id,omitempty"`
 	Error      string         `json:"error,omitempty"`
-	Time       time.Time      `json:"time"`
+	// Principal is who asked for the run (record.Run.Principal); empty
+	// when it names nobody.
+	Principal string    `json:"principal,omitempty"`
+	Time      time.Time `json:"time"`
 }
 
 // Stream is the events stream of one key prefix.
@@ -71,11 +76,12 @@ func (s *Stream) args(e Event) *redis.XAddArgs {
 	if len(e.Error) > maxError {
 		e.Error = e.Error[:maxError]
 	}
-	return &redis.XAddArgs{
-		Stream: s.key, MaxLen: MaxLen, Approx: true,
-		Values: []any{"run_id", e.RunID, "task_id", e.TaskID, "state", string(e.State), "verdict", string(e.Verdict),
-			"approval_id", e.ApprovalID, "error", e.Error, "time", e.Time.UTC().Format(time.RFC3339Nano)},
+	v := []any{"run_id", e.RunID, "task_id", e.TaskID, "state", string(e.State), "verdict", string(e.Verdict),
+		"approval_id", e.ApprovalID, "error", e.Error, "time", e.Time.UTC().Format(time.RFC3339Nano)}
+	if e.Principal != "" {
+		v = append(v, "principal", e.Principal)
 	}
+	return &redis.XAddArgs{Stream: s.key, MaxLen: MaxLen, Approx: true, Values: v}
 }
 
 // Append adds e to the stream.
@@ -151,5 +157,5 @@ func parse(m redis.XMessage) Event {
 	s := func(k string) string { v, _ := m.Values[k].(string); return v }
 	t, _ := time.Parse(time.RFC3339Nano, s("time"))
 	return Event{ID: m.ID, RunID: s("run_id"), TaskID: s("task_id"), State: record.State(s("state")),
-		Verdict: record.Verdict(s("verdict")), ApprovalID: s("approval_id"), Error: s("error"), Time: t}
+		Verdict: record.Verdict(s("verdict")), ApprovalID: s("approval_id"), Error: s("error"), Principal: s("principal"), Time: t}
 }

@@ -32,7 +32,7 @@ func TestAppendFollow(t *testing.T) {
 	}
 	at := time.Date(2026, 12, 2, 15, 4, 5, 6, time.UTC)
 	want := []events.Event{
-		{RunID: run, TaskID: "t1", State: "parked", Verdict: "ok", ApprovalID: "ap-1", Time: at},
+		{RunID: run, TaskID: "t1", State: "parked", Verdict: "ok", ApprovalID: "ap-1", Principal: "agent@corp", Time: at},
 		{RunID: run, TaskID: "t1", State: "promoted", Verdict: "ok", ApprovalID: "ap-1", Time: at.Add(time.Second)},
 		{RunID: run, TaskID: "t2", State: "failed", Verdict: "error", Error: "worker: no luck", Time: at.Add(2 * time.Second)},
 	}

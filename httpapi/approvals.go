@@ -17,10 +17,12 @@ import (
 
 // Approval is an approval as GET /v1/approvals/{id} shows it (and as
 // `approve show -json` prints it): its result as JSON when it is valid
-// JSON, as a string otherwise.
+// JSON, as a string otherwise, and who asked for the run (its principal,
+// also in run.principal).
 type Approval struct {
 	*approve.Approval
-	Result any `json:"result,omitempty"`
+	Result    any    `json:"result,omitempty"`
+	Principal string `json:"principal,omitempty"`
 }
 
 // ApprovalSummary is an approval as GET /v1/approvals lists it (and as
@@ -34,7 +36,9 @@ type ApprovalSummary struct {
 	CreatedAt  time.Time     `json:"created_at"`
 	ExpiresAt  time.Time     `json:"expires_at,omitzero"`
 	Reasons    []string      `json:"reasons"`
+	Principal  string        `json:"principal,omitempty"`
 	DecidedBy  string        `json:"decided_by,omitempty"`
+	ByNote     string        `json:"by_note,omitempty"`
 	DecidedAt  time.Time     `json:"decided_at,omitzero"`
 	PromotedAt time.Time     `json:"promoted_at,omitzero"`
 }
@@ -46,7 +50,9 @@ type ApprovalList struct {
 
 // Decision is the body of POST /v1/approvals/{id}/accept and reject.
 type Decision struct {
-	// By is who decides; default: the token's name.
+	// By is a display note only: who decides is always the token's name
+	// (decided_by). A By other than the token's name is kept beside it as
+	// the approval's by_note, at most maxByNote bytes.
 	By string `json:"by,omitempty"`
 	// Comment says why: optional to accept, required to reject.
 	Comment string `json:"comment,omitempty"`
@@ -56,6 +62,8 @@ type Decision struct {
 const (
 	defaultListLimit = 50
 	maxListLimit     = 1000
+	// maxByNote bounds a decision's by, kept as a display note.
+	maxByNote = 256
 )
 
 func showApproval(a *approve.Approval) Approval {
@@ -64,7 +72,7 @@ func showApproval(a *approve.Approval) Approval {
 		c.Artifacts = []record.Artifact{}
 		a = &c
 	}
-	j := Approval{Approval: a}
+	j := Approval{Approval: a, Principal: a.Run.Principal}
 	if len(a.Result) > 0 {
 		if json.Valid(a.Result) {
 			j.Result = json.RawMessage(a.Result)
@@ -126,7 +134,7 @@ func (h *Handler) listApprovals(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	as, err := h.store.List(r.Context(), state, limit)
+	as, err := h.listFor(r.Context(), tokenOf(r), state, limit)
 	if err != nil {
 		h.approvalError(w, r, err)
 		return
@@ -138,8 +146,8 @@ func (h *Handler) listApprovals(w http.ResponseWriter, r *http.Request) {
 			reasons = []string{}
 		}
 		out.Approvals[i] = ApprovalSummary{ID: a.ID, TaskID: a.TaskID, RunID: a.RunID, Queue: a.Run.Queue, State: a.State,
-			CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Reasons: reasons, DecidedBy: a.DecidedBy,
-			DecidedAt: a.DecidedAt, PromotedAt: a.PromotedAt}
+			CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Reasons: reasons, Principal: a.Run.Principal,
+			DecidedBy: a.DecidedBy, ByNote: a.ByNote, DecidedAt: a.DecidedAt, PromotedAt: a.PromotedAt}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -151,11 +159,17 @@ func (h *Handler) getApproval(w http.ResponseWriter, r *http.Request) {
 		h.approvalError(w, r, err)
 		return
 	}
+	if !h.allowApproval(w, r, a) {
+		return
+	}
 	writeJSON(w, http.StatusOK, showApproval(a))
 }
 
 // approvalHistory serves GET /v1/approvals/{id}/history.
 func (h *Handler) approvalHistory(w http.ResponseWriter, r *http.Request) {
+	if !h.checkApproval(w, r, r.PathValue("id")) {
+		return
+	}
 	hist, err := h.store.History(r.Context(), r.PathValue("id"))
 	if err != nil {
 		h.approvalError(w, r, err)
@@ -174,6 +188,9 @@ func (h *Handler) approvalArtifact(w http.ResponseWriter, r *http.Request) {
 	a, err := h.store.Get(r.Context(), id)
 	if err != nil {
 		h.approvalError(w, r, err)
+		return
+	}
+	if !h.allowApproval(w, r, a) {
 		return
 	}
 	var art *record.Artifact
@@ -213,15 +230,17 @@ func lastElem(p string) string {
 	return p
 }
 
-// readDecision reads the body of an accept or reject: optional for an
-// accept, JSON with only by and comment.
-func (h *Handler) readDecision(w http.ResponseWriter, r *http.Request) (Decision, bool) {
+// readDecision reads the body of an accept or reject (optional for an
+// accept, JSON with only by and comment) and checks that the token may
+// decide the approval (its queue). Who decides is the token's name; a
+// body's by other than it is the decision's display note.
+func (h *Handler) readDecision(w http.ResponseWriter, r *http.Request) (approve.Decision, bool) {
 	var d Decision
 	b, ok := h.readBody(w, r, maxDecisionBody, "body", func(max int64) string {
 		return fmt.Sprintf("the body is more than %d bytes", max)
 	})
 	if !ok {
-		return d, false
+		return approve.Decision{}, false
 	}
 	if len(bytes.TrimSpace(b)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(b))
@@ -236,14 +255,19 @@ func (h *Handler) readDecision(w http.ResponseWriter, r *http.Request) (Decision
 				field, msg = strings.Trim(f, `"`), "unknown field (known: by, comment)"
 			}
 			h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: field, Detail: field + ": " + msg})
-			return d, false
+			return approve.Decision{}, false
 		}
 	}
-	d.By = strings.TrimSpace(d.By)
-	if d.By == "" {
-		d.By = tokenOf(r).Name
+	out := approve.Decision{By: tokenOf(r).Name, Comment: d.Comment}
+	if note := strings.TrimSpace(d.By); note != out.By {
+		if len(note) > maxByNote {
+			h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: "by",
+				Detail: fmt.Sprintf("by: %d bytes, at most %d (it is a display note: who decides is the token's name, %s)", len(note), maxByNote, out.By)})
+			return approve.Decision{}, false
+		}
+		out.ByNote = note
 	}
-	return d, true
+	return out, h.checkApproval(w, r, r.PathValue("id"))
 }
 
 // accept serves POST /v1/approvals/{id}/accept: promote.Accept, as
@@ -254,7 +278,7 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	a, warn, err := promote.Accept(r.Context(), h.store, h.promotions, id, d.By, d.Comment)
+	a, warn, err := promote.AcceptDecision(r.Context(), h.store, h.promotions, id, d)
 	if warn != nil {
 		h.log.Warn().Str("approval_id", id).Err(warn).Msg("accept")
 	}
@@ -281,7 +305,7 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request) {
 			Detail: "comment is required: say why it is rejected"})
 		return
 	}
-	a, err := h.store.Reject(r.Context(), r.PathValue("id"), d.By, d.Comment)
+	a, err := h.store.Decide(r.Context(), r.PathValue("id"), approve.StateRejected, d)
 	if a == nil {
 		h.approvalError(w, r, err)
 		return

@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/airlock-run/airlock/tasks"
 )
 
 // Scope is a permission a bearer token holds. No scope implies another.
@@ -28,16 +30,40 @@ const (
 // Scopes lists every scope, in the order of the documentation.
 var Scopes = []Scope{ScopeRunsWrite, ScopeRunsRead, ScopeApprovalsRead, ScopeApprovalsWrite}
 
-// Token is one bearer token of a token file: its name, its scopes and the
-// SHA-256 of its value (never the value itself).
+// Token is one bearer token of a token file: its name, its scopes, the
+// queues and actions it is bound to, and the SHA-256 of its value (never
+// the value itself).
 type Token struct {
+	// Name is who the token is: every run it enqueues is stamped with it
+	// (the spec's principal), every decision it makes is recorded as its.
 	Name   string
 	Scopes []Scope
-	hash   [sha256.Size]byte
+	// Queues, when not empty, are the only queues the token may enqueue
+	// in, read runs of, and read and decide approvals of (queues=).
+	Queues []string
+	// Actions, when not empty, are the only catalog actions the token may
+	// enqueue runs of: it may not enqueue a free-form spec (actions=).
+	Actions []string
+	hash    [sha256.Size]byte
 }
 
 // Has reports whether the token holds scope s.
 func (t *Token) Has(s Scope) bool { return slices.Contains(t.Scopes, s) }
+
+// AllowsQueue reports whether the token may use queue q: it is bound to
+// no queue, or q is one of its queues.
+func (t *Token) AllowsQueue(q string) bool { return len(t.Queues) == 0 || slices.Contains(t.Queues, q) }
+
+// AllowsAction reports whether the token may enqueue a spec whose action
+// is a ("" for a free-form spec): it is bound to no action, or a is one
+// of its actions.
+func (t *Token) AllowsAction(a string) bool {
+	return len(t.Actions) == 0 || (a != "" && slices.Contains(t.Actions, a))
+}
+
+// MayRun reports whether the token may enqueue a run of action a ("" for
+// a free-form spec) in queue q: both AllowsQueue and AllowsAction.
+func (t *Token) MayRun(q, a string) bool { return t.AllowsQueue(q) && t.AllowsAction(a) }
 
 // Tokens are the bearer tokens the API accepts. Only their SHA-256 hashes
 // are kept; a presented token is hashed and compared with every one in
@@ -56,16 +82,19 @@ var (
 
 // ParseTokens reads a token file: one token per line,
 //
-//	NAME SCOPE[,SCOPE...] TOKEN
+//	NAME SCOPE[,SCOPE...] TOKEN [queues=Q[,Q...]] [actions=A[,A...]]
 //
 // separated by spaces or tabs, where NAME is 1-64 of [A-Za-z0-9._@+-]
-// (it is logged, and is who decides when an approval names nobody), the
-// scopes are among runs:write, runs:read, approvals:read and
-// approvals:write, and TOKEN is "sha256:" and the 64 lower-case hex digits
-// of the token's SHA-256 (what `api -hash-token` prints), or the token
-// itself, at least 16 characters, hashed when read. Blank lines and lines
-// starting with # are skipped. Names and tokens must be unique. Errors name
-// the line (name is the file's name, for messages).
+// (it is logged, stamped on every run the token enqueues as its principal,
+// and recorded as who decides), the scopes are among runs:write,
+// runs:read, approvals:read and approvals:write, and TOKEN is "sha256:"
+// and the 64 lower-case hex digits of the token's SHA-256 (what `api
+// -hash-token` prints), or the token itself, at least 16 characters,
+// hashed when read. queues= binds the token to those queues (queue names,
+// as a spec's), actions= to those catalog actions (action names); each
+// at most once per line. Blank lines and lines starting with # are
+// skipped. Names and tokens must be unique. Errors name the line (name is
+// the file's name, for messages).
 func ParseTokens(name string, r io.Reader) (*Tokens, error) {
 	ts := &Tokens{}
 	names := map[string]int{}
@@ -81,8 +110,8 @@ func ParseTokens(name string, r io.Reader) (*Tokens, error) {
 			return fmt.Errorf("%s:%d: %s", name, n, fmt.Sprintf(format, args...))
 		}
 		f := strings.Fields(line)
-		if len(f) != 3 {
-			return nil, fail("want NAME SCOPE[,SCOPE...] TOKEN, got %d fields", len(f))
+		if len(f) < 3 || len(f) > 5 {
+			return nil, fail("want NAME SCOPE[,SCOPE...] TOKEN [queues=Q,...] [actions=A,...], got %d fields", len(f))
 		}
 		t := &Token{Name: f[0]}
 		if !tokenNameRE.MatchString(t.Name) {
@@ -102,6 +131,8 @@ func ParseTokens(name string, r io.Reader) (*Tokens, error) {
 			}
 		}
 		switch tok := f[2]; {
+		case strings.HasPrefix(tok, "queues=") || strings.HasPrefix(tok, "actions="):
+			return nil, fail("token of %s: the third field is a binding (queues= or actions=): the token comes third, its bindings after it", t.Name)
 		case hashRE.MatchString(tok):
 			if _, err := hex.Decode(t.hash[:], []byte(tok[len("sha256:"):])); err != nil {
 				return nil, fail("%v", err)
@@ -116,6 +147,9 @@ func ParseTokens(name string, r io.Reader) (*Tokens, error) {
 		if prev, dup := hashes[t.hash]; dup {
 			return nil, fail("the token of %s is the one on line %d", t.Name, prev)
 		}
+		if err := t.parseBindings(f[3:]); err != nil {
+			return nil, fail("token %s: %v", t.Name, err)
+		}
 		hashes[t.hash] = n
 		ts.list = append(ts.list, t)
 	}
@@ -123,9 +157,56 @@ func ParseTokens(name string, r io.Reader) (*Tokens, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if len(ts.list) == 0 {
-		return nil, fmt.Errorf("%s: no token (want lines of NAME SCOPE[,SCOPE...] TOKEN)", name)
+		return nil, fmt.Errorf("%s: no token (want lines of NAME SCOPE[,SCOPE...] TOKEN [queues=Q,...] [actions=A,...])", name)
 	}
 	return ts, nil
+}
+
+// parseBindings reads the fields after a token: queues= and actions=,
+// each at most once, each a comma-separated list of valid names.
+func (t *Token) parseBindings(fields []string) error {
+	for _, f := range fields {
+		key, list, ok := strings.Cut(f, "=")
+		var dst *[]string
+		valid, what := tasks.ValidQueue, "queue"
+		switch {
+		case !ok:
+			return fmt.Errorf("%q: want queues=Q[,Q...] or actions=A[,A...]", f)
+		case key == "queues":
+			dst = &t.Queues
+		case key == "actions":
+			dst, valid, what = &t.Actions, tasks.ValidActionName, "action"
+		default:
+			return fmt.Errorf("unknown binding %q (want queues= or actions=)", key)
+		}
+		if *dst != nil {
+			return fmt.Errorf("%s= is given twice", key)
+		}
+		*dst = []string{}
+		for _, name := range strings.Split(list, ",") {
+			if !valid(name) {
+				return fmt.Errorf("%s=: %q is not %s name (1-64 of %s)", key, name, article(what), charset(what))
+			}
+			if !slices.Contains(*dst, name) {
+				*dst = append(*dst, name)
+			}
+		}
+	}
+	return nil
+}
+
+func article(what string) string {
+	if what == "action" {
+		return "an action"
+	}
+	return "a " + what
+}
+
+func charset(what string) string {
+	if what == "action" {
+		return "[A-Za-z0-9._-]"
+	}
+	return "[A-Za-z0-9_-]"
 }
 
 // LoadTokens reads the token file at path (see ParseTokens). The file is

@@ -38,9 +38,18 @@ const (
 	tokReader   = "reader-token-0123456789"   // runs:read
 	tokApprover = "approver-token-0123456789" // approvals:read,approvals:write
 	tokAuditor  = "auditor-token-0123456789"  // approvals:read
+	// Every scope, bound to the env's queue (bound), to another queue
+	// (elsewhere), or to one action (actor).
+	tokBound     = "bound-token-0123456789"
+	tokElsewhere = "elsewhere-token-0123456789"
+	tokActor     = "actor-token-0123456789"
 )
 
-func testTokens(t *testing.T) *httpapi.Tokens {
+// allScopes are every scope, as a token file writes them.
+const allScopes = "runs:write,runs:read,approvals:read,approvals:write"
+
+// testTokens are the tokens of a server whose runs go to queue.
+func testTokens(t *testing.T, queue string) *httpapi.Tokens {
 	t.Helper()
 	file := strings.Join([]string{
 		"# test tokens",
@@ -49,6 +58,9 @@ func testTokens(t *testing.T) *httpapi.Tokens {
 		"reader runs:read " + tokReader,
 		"alice approvals:read,approvals:write " + httpapi.HashToken(tokApprover),
 		"auditor approvals:read " + tokAuditor,
+		"bound " + allScopes + " " + tokBound + " queues=" + queue + ",unused",
+		"elsewhere " + allScopes + " " + tokElsewhere + " queues=elsewhere",
+		"actor " + allScopes + " " + tokActor + " actions=csv.transform",
 	}, "\n")
 	ts, err := httpapi.ParseTokens("tokens", strings.NewReader(file))
 	if err != nil {
@@ -77,7 +89,7 @@ func newEnv(t *testing.T, opts httpapi.Options) *env {
 	prefix, q := approvetest.Prefix(t)
 	rdb := redistest.Client(t)
 	opts.Prefix = prefix
-	opts.Tokens = testTokens(t)
+	opts.Tokens = testTokens(t, q)
 	h, err := httpapi.New(rdb, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +113,7 @@ func newEnv(t *testing.T, opts httpapi.Options) *env {
 
 // serveFake runs a fake worker on the env's queue: a run whose spec has
 // an output is parked (result {"total": 42}, artifact out/report.csv),
-// one without completes; a run whose action is "hold" waits for
+// one without completes; a run whose spec holds the file "hold" waits for
 // releaseRuns first. Promote tasks publish into a temporary store with the
 // real promote.Promoter.
 func (e *env) serveFake() {
@@ -125,7 +137,7 @@ func (e *env) serveFake() {
 		if err := json.Unmarshal(task.Payload(), &s); err != nil {
 			return err
 		}
-		if s.Action == "hold" {
+		if _, hold := s.Files["hold"]; hold {
 			select {
 			case <-e.release:
 			case <-ctx.Done():
@@ -134,7 +146,7 @@ func (e *env) serveFake() {
 		}
 		id := task.ResultWriter().TaskID()
 		now := time.Now().UTC()
-		rec := record.Run{TaskID: id, RunID: s.RunID, Queue: s.Queue, State: record.StateCompleted, Verdict: record.VerdictOK,
+		rec := record.Run{TaskID: id, RunID: s.RunID, Queue: s.Queue, Principal: s.Principal, State: record.StateCompleted, Verdict: record.VerdictOK,
 			StartedAt: now, FinishedAt: now, Attempt: 1, MaxRetry: *s.MaxRetry, Worker: "fake",
 			Steps: []record.Step{}}
 		if s.Output != nil && s.Output.Result != "" {
@@ -145,7 +157,7 @@ func (e *env) serveFake() {
 				ID: "ap-" + id, TaskID: id, RunID: s.RunID, State: approve.StatePending,
 				Reasons: []string{"no policy: every output is parked"}, Result: result, ResultSHA256: hex.EncodeToString(sum[:]),
 				Artifacts: []record.Artifact{{Name: "out/report.csv", ContentType: "text/csv"}},
-				Run:       approve.RunSummary{Queue: s.Queue, Attempt: 1, Worker: "fake"},
+				Run:       approve.RunSummary{Queue: s.Queue, Principal: s.Principal, Attempt: 1, Worker: "fake"},
 			}
 			if _, _, err := e.store.Quiet().Park(ctx, a, map[string][]byte{"out/report.csv": csv}); err != nil {
 				return err
@@ -161,7 +173,8 @@ func (e *env) serveFake() {
 		if _, err := task.ResultWriter().Write(b); err != nil {
 			return err
 		}
-		return e.events.Append(ctx, events.Event{RunID: rec.RunID, TaskID: id, State: rec.State, Verdict: rec.Verdict, ApprovalID: rec.ApprovalID})
+		return e.events.Append(ctx, events.Event{RunID: rec.RunID, TaskID: id, State: rec.State, Verdict: rec.Verdict,
+			ApprovalID: rec.ApprovalID, Principal: rec.Principal})
 	})
 	// Runs still held when the test ends are let go before the fake
 	// worker shuts down (cleanups run last-in first-out).
@@ -258,15 +271,16 @@ func (e *env) do(rq request) resp {
 	return resp{status: res.StatusCode, header: res.Header, body: b}
 }
 
-// spec is a valid spec on the env's queue; output adds an output (the
-// fake worker parks it), action sets the action.
-func (e *env) spec(output bool, action string) map[string]any {
+// spec is a valid free-form spec on the env's queue; output adds an
+// output (the fake worker parks it); mark "hold" adds the file hold (the
+// fake worker holds the run until releaseRuns).
+func (e *env) spec(output bool, mark string) map[string]any {
 	s := map[string]any{"version": 1, "queue": e.queue, "steps": []any{map[string]any{"run": []string{"true"}}}}
 	if output {
 		s["output"] = map[string]any{"result": "out/result.json"}
 	}
-	if action != "" {
-		s["action"] = action
+	if mark == "hold" {
+		s["files"] = map[string]string{"hold": ""}
 	}
 	return s
 }

@@ -7,7 +7,10 @@
 // the same exactly-once decisions, the same messages as the CLIs.
 //
 // Every route under /v1 takes a bearer token of a token file (Tokens) that
-// holds the route's scope; every error is application/problem+json (RFC
+// holds the route's scope; the token's name is who asks (every run it
+// enqueues is stamped with it as its principal, every decision it makes
+// is recorded as its), and a token bound to queues or actions may use only
+// those (bind.go). Every error is application/problem+json (RFC
 // 9457) and names the field that was wrong. The routes, their parameters
 // and their responses are described by the OpenAPI 3.1 document OpenAPI
 // (openapi.json, served at /openapi.json); the spec's JSON Schema
@@ -75,6 +78,7 @@ type Handler struct {
 	store      *approve.Store
 	events     *events.Stream
 	promotions *asynq.Client
+	insp       *asynq.Inspector // looks for a task in a bound token's queues
 	tokens     *Tokens
 	maxPayload int
 	maxStream  time.Duration
@@ -112,6 +116,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Handler, error) {
 		store:      approve.NewStore(rdb, approve.Options{Prefix: opts.Prefix}),
 		events:     events.NewStream(rdb, opts.Prefix),
 		promotions: asynq.NewClientFromRedisClient(rdb),
+		insp:       asynq.NewInspectorFromRedisClient(rdb),
 		tokens:     opts.Tokens,
 		maxPayload: opts.MaxPayload,
 		maxStream:  opts.MaxStream,
@@ -143,6 +148,8 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /healthz", h.healthz)
 
 	m.HandleFunc("POST /v1/runs", h.auth(ScopeRunsWrite, h.enqueue))
+	m.HandleFunc("GET /v1/actions", h.auth(ScopeRunsWrite, h.listActions))
+	m.HandleFunc("POST /v1/actions/{name}/runs", h.auth(ScopeRunsWrite, h.runAction))
 	m.HandleFunc("GET /v1/runs/{task_id}", h.auth(ScopeRunsRead, h.getRun))
 	m.HandleFunc("GET /v1/runs/{task_id}/events", h.auth(ScopeRunsRead, h.runEvents))
 	m.HandleFunc("GET /v1/runs/{task_id}/result", h.auth(ScopeRunsRead, h.runResult))

@@ -82,7 +82,7 @@ func TestEnqueueIdempotencyKey(t *testing.T) {
 	}
 	var a, b httpapi.Enqueued
 	first.json(t, &a)
-	if a.Duplicate || a.Queue != e.queue || a.TaskID != airlock.IdempotentTaskID(e.queue, "agent-42/tool-call-7") {
+	if a.Duplicate || a.Queue != e.queue || a.TaskID != airlock.IdempotentTaskIDFor(e.queue, "writer", "agent-42/tool-call-7") {
 		t.Errorf("first: %+v", a)
 	}
 	if loc := first.header.Get("Location"); loc != "/v1/runs/"+a.TaskID+"?queue="+e.queue {
@@ -430,7 +430,8 @@ func TestResultAndApprovals(t *testing.T) {
 		t.Errorf("unknown member: %+v", p)
 	}
 
-	// Two approvers at once: exactly one wins.
+	// Two approvers at once: exactly one wins. Both send alice's token, so
+	// alice decides whatever by they give: their by is a note.
 	type out struct {
 		r  resp
 		by string
@@ -450,12 +451,20 @@ func TestResultAndApprovals(t *testing.T) {
 		t.Fatalf("two accepts: %d and %d, want 200 and 409", a.r.status, b.r.status)
 	}
 	p = b.r.problem(t, http.StatusConflict)
-	if p.Type != httpapi.ProblemAlreadyDecided || p.DecidedBy != a.by || p.State != "accepted" || p.DecidedAt == nil ||
-		!strings.Contains(p.Detail, "was already accepted by "+a.by) {
-		t.Errorf("second accept: %+v, want already accepted by %s", p, a.by)
+	if p.Type != httpapi.ProblemAlreadyDecided || p.DecidedBy != "alice" || p.State != "accepted" || p.DecidedAt == nil ||
+		!strings.Contains(p.Detail, "was already accepted by alice") {
+		t.Errorf("second accept: %+v, want already accepted by alice", p)
+	}
+	var won struct {
+		DecidedBy string `json:"decided_by"`
+		ByNote    string `json:"by_note"`
+	}
+	a.r.json(t, &won)
+	if won.DecidedBy != "alice" || won.ByNote != a.by {
+		t.Errorf("accept with by %q: decided_by %q, by_note %q; want alice, %s", a.by, won.DecidedBy, won.ByNote, a.by)
 	}
 	p = e.do(request{method: "POST", path: "/v1/approvals/" + id + "/reject", token: tokApprover, body: map[string]string{"comment": "too late"}}).problem(t, http.StatusConflict)
-	if p.DecidedBy != a.by {
+	if p.DecidedBy != "alice" {
 		t.Errorf("reject after accept: %+v", p)
 	}
 
@@ -478,7 +487,7 @@ func TestResultAndApprovals(t *testing.T) {
 		t.Fatalf("result: %d %s", r.status, r.body)
 	}
 	r.json(t, &pub)
-	if !jsonEqual(pub.Result, `{"total": 42}`) || pub.Manifest.TaskID != en.TaskID || pub.Manifest.AcceptedBy != a.by ||
+	if !jsonEqual(pub.Result, `{"total": 42}`) || pub.Manifest.TaskID != en.TaskID || pub.Manifest.AcceptedBy != "alice" ||
 		len(pub.Manifest.Artifacts) != 1 || pub.Where == "" {
 		t.Errorf("result: %s", r.body)
 	}

@@ -32,6 +32,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		"/v1/approvals/{id}/history": {"GET"}, "/v1/approvals/{id}/artifacts/{name}": {"GET"},
 		"/v1/approvals/{id}/accept": {"POST"}, "/v1/approvals/{id}/reject": {"POST"},
 		"/openapi.json": {"GET"}, "/spec.schema.json": {"GET"}, "/healthz": {"GET"},
+		"/v1/actions": {"GET"}, "/v1/actions/{name}/runs": {"POST"},
 	}
 	got := map[string][]string{}
 	for path, item := range doc.Paths.Map() {

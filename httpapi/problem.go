@@ -27,6 +27,11 @@ type Problem struct {
 	Hint string `json:"hint,omitempty"`
 	// RequiredScope is the scope a token lacked (403).
 	RequiredScope Scope `json:"required_scope,omitempty"`
+	// Queue is the queue a token bound to others may not use (403).
+	Queue string `json:"queue,omitempty"`
+	// Action is the action a token bound to others may not enqueue (403;
+	// absent, with field action, for a free-form spec).
+	Action string `json:"action,omitempty"`
 	// State is the run's state (a result not promoted) or the approval's
 	// (decided already).
 	State string `json:"state,omitempty"`
@@ -40,7 +45,7 @@ type Problem struct {
 // Problem types (the "type" member): URNs, one per kind of error.
 const (
 	ProblemUnauthorized      = "urn:airlock:problem:unauthorized"       // 401: no token, or not one of the file's
-	ProblemForbidden         = "urn:airlock:problem:forbidden"          // 403: the token lacks the scope
+	ProblemForbidden         = "urn:airlock:problem:forbidden"          // 403: the token lacks the scope, or is bound to other queues or actions
 	ProblemSpecRejected      = "urn:airlock:problem:spec-rejected"      // 400: the spec is invalid (field names it)
 	ProblemBadRequest        = "urn:airlock:problem:bad-request"        // 400: a parameter, header or body member
 	ProblemTooLarge          = "urn:airlock:problem:payload-too-large"  // 413: the body is above the cap

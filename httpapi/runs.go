@@ -111,6 +111,16 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, &Problem{Type: ProblemSpecRejected, Status: http.StatusBadRequest, Field: "spec", Detail: "spec rejected: " + err.Error()})
 		return
 	}
+	h.enqueueSpec(w, r, spec)
+}
+
+// enqueueSpec admits a decoded spec for the request's token, enqueues it
+// and answers.
+func (h *Handler) enqueueSpec(w http.ResponseWriter, r *http.Request, spec *tasks.Spec) {
+	var fe *tasks.FieldError
+	if !h.admit(w, r, spec) {
+		return
+	}
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
 		if spec.IdempotencyKey != "" && spec.IdempotencyKey != key {
 			h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: "Idempotency-Key",
@@ -145,8 +155,8 @@ func runPath(taskID, queue string) string {
 }
 
 // queueOf returns the queue of the request's task: the queue parameter, or
-// the one queue that holds it. It answers the errors itself and returns
-// false then.
+// the one queue that holds it (among the token's, for a token bound to
+// queues). It answers the errors itself and returns false then.
 func (h *Handler) queueOf(w http.ResponseWriter, r *http.Request, taskID string) (string, bool) {
 	if q := r.URL.Query().Get("queue"); q != "" {
 		if !queueRE.MatchString(q) {
@@ -154,9 +164,9 @@ func (h *Handler) queueOf(w http.ResponseWriter, r *http.Request, taskID string)
 				Detail: "queue: must be 1-64 characters of letters, digits, '_' or '-'"})
 			return "", false
 		}
-		return q, true
+		return q, h.allowQueue(w, r, "queue", q)
 	}
-	q, err := h.client.Locate(r.Context(), taskID)
+	q, err := h.locate(r.Context(), tokenOf(r), taskID)
 	if err != nil {
 		h.runError(w, r, taskID, err)
 		return "", false
@@ -262,14 +272,16 @@ func (h *Handler) runResult(w http.ResponseWriter, r *http.Request) {
 	taskID := r.PathValue("task_id")
 	var p *airlock.Published
 	var err error
-	if q := r.URL.Query().Get("queue"); q != "" {
-		if !queueRE.MatchString(q) {
-			h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: "queue",
-				Detail: "queue: must be 1-64 characters of letters, digits, '_' or '-'"})
+	t := tokenOf(r)
+	switch q := r.URL.Query().Get("queue"); {
+	case q != "" || len(t.Queues) > 0:
+		// One queue: the one named, or the bound token's that holds it.
+		var ok bool
+		if q, ok = h.queueOf(w, r, taskID); !ok {
 			return
 		}
 		p, err = h.client.ResultIn(r.Context(), q, taskID)
-	} else {
+	default:
 		p, err = h.client.Result(r.Context(), taskID)
 	}
 	if err != nil {

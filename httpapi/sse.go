@@ -50,7 +50,7 @@ func snapshot(rec *record.Run) events.Event {
 		t = time.Now().UTC()
 	}
 	return events.Event{RunID: rec.RunID, TaskID: rec.TaskID, State: rec.State, Verdict: rec.Verdict,
-		ApprovalID: rec.ApprovalID, Error: rec.Error, Time: t}
+		ApprovalID: rec.ApprovalID, Error: rec.Error, Principal: rec.Principal, Time: t}
 }
 
 // runEvents serves GET /v1/runs/{task_id}/events: the run's state changes

@@ -398,17 +398,24 @@ func fields(n *node, field string, known ...string) (map[string]*node, error) {
 var (
 	nameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	queueRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	// principalRE is the form of a principal (tasks.ValidPrincipal).
+	principalRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$`)
 )
 
 func parsePolicy(root *node) (*Policy, error) {
 	if root.kind == scalarNode && root.value == nil { // an empty YAML document
 		root = &node{kind: mapNode}
 	}
-	top, err := fields(root, "", "default", "rules")
+	top, err := fields(root, "", "default", "rules", "secrets")
 	if err != nil {
 		return nil, err
 	}
 	p := &Policy{def: Park}
+	if n, ok := top["secrets"]; ok {
+		if p.grants, err = parseSecrets(n); err != nil {
+			return nil, err
+		}
+	}
 	if n, ok := top["default"]; ok {
 		if p.def, err = decision(n, "default"); err != nil {
 			return nil, err
@@ -476,7 +483,7 @@ func parseRule(n *node, field string) (*rule, error) {
 	switch {
 	case !isStr:
 		return nil, fieldErr(nn, field+".name", "must be a string, not %s", nn.what())
-	case name == RuleDefault || name == RuleSpec || name == RuleNoPolicy:
+	case name == RuleDefault || name == RuleSpec || name == RuleNoPolicy || name == RuleSecretInEnv:
 		return nil, fieldErr(nn, field+".name", "%q is reserved: decisions name it when no rule decided", name)
 	case !nameRE.MatchString(name):
 		return nil, fieldErr(nn, field+".name", "%q must be 1-64 characters of letters, digits, '.', '_' or '-'", name)
@@ -496,11 +503,12 @@ func parseRule(n *node, field string) (*rule, error) {
 	if r.conds, err = parseWhen(wn, field+".when"); err != nil {
 		return nil, err
 	}
+	r.envOK = saysSecretInEnv(wn)
 	return r, nil
 }
 
 func parseWhen(n *node, field string) ([]cond, error) {
-	m, err := fields(n, field, "queue", "action", "artifact_bytes_over", "result", "network", "stderr", "secret_in_artifacts")
+	m, err := fields(n, field, "queue", "principal", "action", "artifact_bytes_over", "result", "network", "stderr", "secret_in_artifacts", "secret_in_env")
 	if err != nil {
 		return nil, err
 	}
@@ -521,6 +529,18 @@ func parseWhen(n *node, field string) ([]cond, error) {
 			}
 		}
 		conds = append(conds, queueCond(qs))
+	}
+	if c, ok := m["principal"]; ok {
+		ps, err := stringList(c, field+".principal", "principal")
+		if err != nil {
+			return nil, err
+		}
+		for i, p := range ps {
+			if !principalRE.MatchString(p) {
+				return nil, fieldErr(c, fmt.Sprintf("%s.principal[%d]", field, i), "%q is not a principal (1-64 of [A-Za-z0-9._@+-], as an API token's name)", p)
+			}
+		}
+		conds = append(conds, principalCond(ps))
 	}
 	if c, ok := m["action"]; ok {
 		as, err := stringList(c, field+".action", "action")
@@ -551,6 +571,7 @@ func parseWhen(n *node, field string) ([]cond, error) {
 		{"network", func(f *facts) bool { return f.Network }, "the run had network", "the run had no network"},
 		{"stderr", func(f *facts) bool { return f.Stderr }, "a step wrote to stderr", "no step wrote to stderr"},
 		{"secret_in_artifacts", func(f *facts) bool { return f.SecretInArtifacts }, "a secret's value appears in an artifact", "no secret's value appears in an artifact"},
+		{"secret_in_env", func(f *facts) bool { return f.SecretInEnv }, "a step saw a secret in its environment", "no step saw a secret in its environment"},
 	}
 	for _, fl := range flags {
 		c, ok := m[fl.key]

@@ -9,7 +9,8 @@
 //	  - name: payments-need-a-human      # required, unique
 //	    when:                            # every condition must hold (AND)
 //	      queue: [payments]              # the run's queue is in the list
-//	      action: [send-email]           # the action's name is in the list
+//	      principal: [billing-backend]   # who asked (API token name, MCP -principal) is in the list
+//	      action: [send-email]           # the run is a catalog action of the list (worker -actions): a fact, never a spec's claim
 //	      artifact_bytes_over: 1048576   # the artifacts hold more bytes
 //	      result:                        # a field of the JSON result
 //	        pointer: /amount             # RFC 6901 JSON pointer
@@ -18,14 +19,30 @@
 //	      network: true                  # the run had network (false: it had none)
 //	      stderr: true                   # a step wrote to stderr (false: none did)
 //	      secret_in_artifacts: true      # a secret's value appears in an artifact
+//	      secret_in_env: true            # a step saw a secret in its environment
 //	    then: park                       # park | promote
+//	secrets:                             # grants: a secret not named here is usable by nothing
+//	  PARTNER_TOKEN:                     # a secret's name, as specs declare it
+//	    queues: [reports]                # runs on these queues may use it
+//	    actions: [csv-report]            # and runs of these catalog actions (worker -actions)
+//	    hosts: [partner.example, "*.cdn.example:443", "127.0.0.1:8765"]
+//	                                     # input headers may carry it to these hosts only
+//	                                     # (none: no header use); no port: any port
+//	    env: false                       # true lets steps see it in their env (default false)
 //
 // A run is parked when any matching rule says park, whatever the others say;
 // otherwise promoted when a matching rule says promote; otherwise the
 // default decides. A spec can only make this stricter: its approval
 // "always" parks the run whatever the policy says, and "auto" never
 // promotes what the policy parks. A worker without a policy parks
-// everything (NoPolicy).
+// everything (NoPolicy). A run whose steps saw a secret in their
+// environment is promoted only by a matching rule that says
+// secret_in_env: true; neither another promote rule nor the default
+// promotes it.
+//
+// A worker enforces the secrets: section before a run starts (Grant): a
+// secret is usable by a run only when its grant names the run's queue or
+// catalog action; a worker without a policy grants nothing.
 package policy
 
 import (
@@ -50,6 +67,9 @@ const (
 	RuleDefault  = "default"   // no rule matched: the policy's default
 	RuleSpec     = "spec"      // the spec's approval "always"
 	RuleNoPolicy = "no-policy" // the worker has no policy
+	// RuleSecretInEnv: a step saw a secret in its environment and no rule
+	// saying secret_in_env: true promoted the run.
+	RuleSecretInEnv = "secret-in-env"
 )
 
 // Spec approval modes, as in tasks.Spec.Approval.
@@ -60,14 +80,24 @@ const (
 
 // Input is what a policy looks at: the facts of one finished run.
 type Input struct {
-	Queue             string
-	Action            string // the action's name, as the caller knows it
+	Queue string
+	// Principal is who asked for the run, as the front end that took the
+	// request stamped it (tasks.Spec.Principal); "" when nobody is named,
+	// which no principal condition matches.
+	Principal         string
+	Action            string // the catalog action the run ran (worker -actions); "" for a free-form spec
 	ArtifactBytes     int64  // total bytes of the artifacts
 	Result            []byte // the JSON result, or nil when there is none
 	Network           bool   // the run had network enabled
 	Stderr            bool   // some step wrote to stderr
 	SecretInArtifacts bool   // a secret's value appears in an artifact
 	SpecApproval      string // "", "auto" or "always"
+	// SecretInEnv: a step saw a secret's value in its environment (a
+	// grant with env: true). Such a run is promoted only by a rule that
+	// says secret_in_env: true; SecretsInEnv names the secrets, for the
+	// reasons.
+	SecretInEnv  bool
+	SecretsInEnv []string
 }
 
 // Decision is what a policy decided for a run (see record.Decision).
@@ -76,9 +106,10 @@ type Decision = record.Decision
 // Policy is a parsed policy. It is immutable and may be used from several
 // goroutines.
 type Policy struct {
-	def   record.Action
-	rules []*rule
-	none  bool // NoPolicy
+	def    record.Action
+	rules  []*rule
+	none   bool    // NoPolicy
+	grants []Grant // the secrets: section, sorted by name
 }
 
 // NoPolicy returns the policy of a worker started without one: every result
@@ -104,6 +135,9 @@ type rule struct {
 	name  string
 	then  record.Action
 	conds []cond
+	// envOK: the rule says secret_in_env: true, so it may promote a run
+	// whose steps saw a secret in their environment.
+	envOK bool
 }
 
 // outcome is what a condition says of a run.
@@ -187,6 +221,7 @@ func (p *Policy) decide(in Input) Decision {
 	f := &facts{Input: in}
 	var park, promote Decision
 	var notes []string // promote rules that could not be evaluated
+	var held []string  // promote rules that do not say secret_in_env: true, on a run that needs it
 	for _, r := range p.rules {
 		o, what := r.match(f)
 		switch {
@@ -194,6 +229,9 @@ func (p *Policy) decide(in Input) Decision {
 			continue
 		case o == unknown && r.then == Promote:
 			notes = append(notes, fmt.Sprintf("rule %s could not be evaluated, so it does not promote: %s", r.name, what))
+			continue
+		case in.SecretInEnv && r.then == Promote && !r.envOK:
+			held = append(held, r.name)
 			continue
 		}
 		d := &promote
@@ -218,6 +256,8 @@ func (p *Policy) decide(in Input) Decision {
 		promote.Action = Promote
 		promote.Reasons = append(promote.Reasons, notes...)
 		return promote
+	case in.SecretInEnv && (len(held) > 0 || p.def == Promote):
+		return envHeld(in, held, p.def, notes)
 	}
 	return Decision{Action: p.def, Reasons: append([]string{"no rule matched: the policy's default is " + string(p.def)}, notes...), Rule: RuleDefault}
 }
@@ -250,6 +290,14 @@ func (r *rule) match(f *facts) (outcome, string) {
 func queueCond(queues []string) cond {
 	return func(f *facts) (outcome, string) {
 		return yes(contains(queues, f.Queue), fmt.Sprintf("queue is %s", quote(f.Queue)))
+	}
+}
+
+// principalCond holds when the run's principal is in the list; a run
+// that names no principal never matches.
+func principalCond(principals []string) cond {
+	return func(f *facts) (outcome, string) {
+		return yes(f.Principal != "" && contains(principals, f.Principal), fmt.Sprintf("principal is %s", quote(f.Principal)))
 	}
 }
 

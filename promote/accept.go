@@ -30,7 +30,13 @@ const DefaultQueue = "default"
 // (the approval is then returned with err: accepting again queues it, and
 // a worker re-queues it when it starts).
 func Accept(ctx context.Context, st *approve.Store, ac *asynq.Client, id, by, comment string) (a *approve.Approval, warn, err error) {
-	a, err = st.Accept(ctx, id, by, comment)
+	return AcceptDecision(ctx, st, ac, id, approve.Decision{By: by, Comment: comment})
+}
+
+// AcceptDecision is Accept of decision d: d.By decides, and d.ByNote is
+// kept beside it as a display note (approve.Store.Decide).
+func AcceptDecision(ctx context.Context, st *approve.Store, ac *asynq.Client, id string, d approve.Decision) (a *approve.Approval, warn, err error) {
+	a, err = st.Decide(ctx, id, approve.StateAccepted, d)
 	if a == nil {
 		var de *approve.DecidedError
 		if errors.As(err, &de) && de.State == approve.StateAccepted {

@@ -57,15 +57,24 @@ const (
 
 // Run is the record of one attempt of a task.
 type Run struct {
-	TaskID     string    `json:"task_id"`
-	RunID      string    `json:"run_id"`
-	Queue      string    `json:"queue"`
-	State      State     `json:"state"`
-	Verdict    Verdict   `json:"verdict"`
-	Error      string    `json:"error,omitempty"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
-	DurationMS float64   `json:"duration_ms"`
+	TaskID string `json:"task_id"`
+	RunID  string `json:"run_id"`
+	Queue  string `json:"queue"`
+	// Principal is who asked for the run, as the front end that took the
+	// request stamped it (the API's token name, the MCP server's
+	// -principal); empty when the enqueuer named nobody.
+	Principal string `json:"principal,omitempty"`
+	// Action is the catalog action the run ran (worker -actions), and
+	// ActionDigest the SHA-256 of the definition it ran; empty for a
+	// free-form spec.
+	Action       string    `json:"action,omitempty"`
+	ActionDigest string    `json:"action_digest,omitempty"`
+	State        State     `json:"state"`
+	Verdict      Verdict   `json:"verdict"`
+	Error        string    `json:"error,omitempty"`
+	StartedAt    time.Time `json:"started_at"`
+	FinishedAt   time.Time `json:"finished_at"`
+	DurationMS   float64   `json:"duration_ms"`
 	// Attempt is 1 for the first run of a task, 2 for its first retry...
 	Attempt   int        `json:"attempt"`
 	MaxRetry  int        `json:"max_retry"`

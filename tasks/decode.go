@@ -3,16 +3,19 @@ package tasks
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"reflect"
 	"strings"
 	"sync"
+
+	"github.com/airlock-run/airlock/contract"
 )
 
 // strictDecode decodes data into v (a pointer to a struct) and fails on the
-// first unknown field or badly typed value with a *FieldError naming its
-// JSON path ("steps[1].timeout").
+// first unknown field, badly typed value or key given twice in one object
+// with a *FieldError naming its JSON path ("steps[1].timeout").
 func strictDecode(data []byte, v any) error {
 	// Syntax and trailing data first: walk would report both as "want a
 	// JSON object", and Decoder.More misses a trailing '}' or ']'. A valid
@@ -22,10 +25,20 @@ func strictDecode(data []byte, v any) error {
 	if !json.Valid(data) {
 		return syntaxError(data)
 	}
+	t := reflect.TypeOf(v).Elem()
+	// A key twice in one object, anywhere (output.schema, params and env
+	// included): the decoder below keeps the last value, other readers of
+	// the same spec the first.
+	if err := contract.CheckDuplicateKeys(data); err != nil {
+		var de *contract.DuplicateKeyError
+		if errors.As(err, &de) {
+			return &FieldError{Field: fieldPath(t, de.In), Msg: fmt.Sprintf("duplicate key %q", clipKey(de.Key))}
+		}
+		return &FieldError{Field: "spec", Msg: err.Error()}
+	}
 	// Keys first, case-sensitively (encoding/json matches field names
 	// without case); values are checked one by one only when the decode
 	// fails, to name the bad one: the worker's hot path decodes once.
-	t := reflect.TypeOf(v).Elem()
 	if err := walk(raw, t, "", false); err != nil {
 		return err
 	}
@@ -38,6 +51,59 @@ func strictDecode(data []byte, v any) error {
 		return &FieldError{Field: "spec", Msg: err.Error()}
 	}
 	return nil
+}
+
+// fieldPath names, as walk does ("steps[0].env", "files[\"a.sh\"]"), the
+// object at path in a document decoded into t: struct fields joined with
+// dots, map keys and keys inside raw JSON (output.schema, params) in
+// brackets.
+func fieldPath(t reflect.Type, path []contract.PathStep) string {
+	name := ""
+	for _, st := range path {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t != nil && (t == rawMessageType || reflect.PointerTo(t).Implements(unmarshalerType)) {
+			t = nil // raw JSON from here on
+		}
+		switch {
+		case st.InArray:
+			name = fmt.Sprintf("%s[%d]", name, st.Index)
+			if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+				t = t.Elem()
+			} else {
+				t = nil
+			}
+		case t != nil && t.Kind() == reflect.Struct:
+			name = join(name, st.Key)
+			if f, ok := fieldByTag(t, st.Key); ok {
+				t = f.Type
+			} else {
+				t = nil
+			}
+		default:
+			name = fmt.Sprintf("%s[%q]", name, clipKey(st.Key))
+			if t != nil && t.Kind() == reflect.Map {
+				t = t.Elem()
+			} else {
+				t = nil
+			}
+		}
+	}
+	if name == "" {
+		return "spec"
+	}
+	return name
+}
+
+// maxKeyText bounds a key as an error names it.
+const maxKeyText = 256
+
+func clipKey(k string) string {
+	if len(k) <= maxKeyText {
+		return k
+	}
+	return strings.ToValidUTF8(k[:maxKeyText], "") + "…"
 }
 
 // syntaxError names what is wrong with a document json.Valid refused.

@@ -2,6 +2,7 @@ package tasks_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -112,7 +113,10 @@ func TestSpecSchemaAgreesWithDecoder(t *testing.T) {
 	valid := []string{
 		`{"run_id": "report-2026-12-02", "idempotency_key": "agent-42/tool-call-7", "queue": "default", "timeout": "60s", "max_retry": 3}`,
 		`{"max_retry": 0}`, `{"max_retry": 25}`,
-		`{"action": "csv.transform"}`,
+		`{"steps": "<delete>", "action": "csv.transform", "params": {"day": "2026-12-05", "n": 3}, "queue": "q", "run_id": "r1", "idempotency_key": "k"}`,
+		`{"steps": "<delete>", "action": "csv.transform"}`,
+		`{"steps": "<delete>", "action": "csv.transform", "params": {}, "principal": "alice@example.com"}`,
+		`{"principal": "backend-1"}`,
 		`{"timeout": "1m30s"}`, `{"timeout": "1.5s"}`, `{"timeout": "0"}`,
 		`{"files": {"in/sales.csv": "a,b\n1,2\n", "sum.sh": "echo", ".hidden/..x/...": ""}}`,
 		`{"files": {"bin/x": {"base64": "AAEC/w=="}}}`,
@@ -140,6 +144,14 @@ func TestSpecSchemaAgreesWithDecoder(t *testing.T) {
 		`{"idempotency_key": "` + strings.Repeat("k", 257) + `"}`, `{"idempotency_key": "a\u0000b"}`,
 		`{"queue": "a.b"}`, `{"queue": "` + strings.Repeat("q", 65) + `"}`,
 		`{"action": "a b"}`,
+		`{"action": "csv.transform"}`,
+		`{"steps": "<delete>", "action": "csv.transform", "timeout": "1s"}`,
+		`{"steps": "<delete>", "action": "csv.transform", "network": true}`,
+		`{"steps": "<delete>", "action": "csv.transform", "secrets": ["A"]}`,
+		`{"steps": "<delete>", "action": "csv.transform", "params": [1]}`,
+		`{"steps": "<delete>", "action": "csv.transform", "params": "x"}`,
+		`{"steps": "<delete>", "params": {}}`,
+		`{"principal": "has space"}`,
 		`{"timeout": "soon"}`, `{"timeout": "-1s"}`, `{"timeout": 30}`,
 		`{"max_retry": -1}`, `{"max_retry": 26}`, `{"max_retry": "3"}`,
 		`{"files": {"/etc/passwd": "x"}}`, `{"files": {"a/../b": "x"}}`, `{"files": {"..": "x"}}`,
@@ -334,7 +346,10 @@ func TestSpecSchemaCoversSpecFields(t *testing.T) {
 	if structs != 5 { // Spec, Input, Step, limits.Set, Output
 		t.Errorf("checked %d structs, want 5: Spec, Input, Step, limits.Set and Output", structs)
 	}
-	if req, _ := root["required"].([]any); len(req) != 2 {
-		t.Errorf("required = %v, want version and steps", req)
+	if req, _ := root["required"].([]any); len(req) != 1 || req[0] != "version" {
+		t.Errorf("required = %v, want version (steps: in else, for a spec without action)", req)
+	}
+	if els, _ := root["else"].(map[string]any); fmt.Sprint(els["required"]) != "[steps]" {
+		t.Errorf("else = %v, want steps required of a spec without action", root["else"])
 	}
 }

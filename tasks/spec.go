@@ -21,7 +21,6 @@ import (
 
 	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/limits"
-	"github.com/google/uuid"
 )
 
 // TypeRun is the asynq task type of a run.
@@ -46,21 +45,34 @@ type FieldError = limits.FieldError
 
 // Spec is a task spec, version 1.
 type Spec struct {
-	Version        int             `json:"version"`
-	RunID          string          `json:"run_id,omitempty"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	Queue          string          `json:"queue,omitempty"`
-	Action         string          `json:"action,omitempty"`
-	Timeout        limits.Duration `json:"timeout,omitempty"`
-	MaxRetry       *int            `json:"max_retry,omitempty"`
-	Files          map[string]File `json:"files,omitempty"`
-	Inputs         []Input         `json:"inputs,omitempty"`
-	Secrets        []string        `json:"secrets,omitempty"`
-	Steps          []Step          `json:"steps"`
-	Limits         limits.Set      `json:"limits"`
-	Network        bool            `json:"network,omitempty"`
-	Output         *Output         `json:"output,omitempty"`
-	Approval       string          `json:"approval,omitempty"`
+	Version        int    `json:"version"`
+	RunID          string `json:"run_id,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	Queue          string `json:"queue,omitempty"`
+	// Action names an operator-defined action of the worker's catalog
+	// (worker -actions): the worker runs the catalog's definition with
+	// Params, never the caller's copy. A spec that names an action holds
+	// only version, action, params, queue, run_id and idempotency_key
+	// (and principal, stamped by a front end).
+	Action string `json:"action,omitempty"`
+	// Params are the caller's parameters of Action, a JSON object checked
+	// against the action's params schema; they reach the run only as the
+	// file in/params.json (and ${param:NAME} where the definition says).
+	Params json.RawMessage `json:"params,omitempty"`
+	// Principal is who asked: set by the front end that took the request
+	// (the API's token name, the MCP server's -principal, a Go client's
+	// ClientOptions.Principal), never by a caller of those front ends.
+	Principal string          `json:"principal,omitempty"`
+	Timeout   limits.Duration `json:"timeout,omitempty"`
+	MaxRetry  *int            `json:"max_retry,omitempty"`
+	Files     map[string]File `json:"files,omitempty"`
+	Inputs    []Input         `json:"inputs,omitempty"`
+	Secrets   []string        `json:"secrets,omitempty"`
+	Steps     []Step          `json:"steps"`
+	Limits    limits.Set      `json:"limits"`
+	Network   bool            `json:"network,omitempty"`
+	Output    *Output         `json:"output,omitempty"`
+	Approval  string          `json:"approval,omitempty"`
 	// MaxRecordBytes lowers the bound of what the run record keeps of the
 	// steps' stdout and stderr, all steps together; 0 takes the worker's
 	// (-max-record-bytes), which it may not exceed.
@@ -152,25 +164,34 @@ const (
 // what it left out: run_id (a new UUID), queue ("default"), timeout, step
 // names, max_retry and every limit. It is idempotent, so an enqueuer and a
 // worker can both call it. Every error is a *FieldError.
+//
+// A spec that names an action is a call of the worker's catalog: Prepare
+// then checks only what a call may hold (see Spec.Action) and fills in
+// run_id and queue; the worker expands the call from its catalog and
+// prepares the result with PrepareExpanded.
 func (s *Spec) Prepare(p limits.Policy) error {
+	if s.Action != "" {
+		return s.prepareCall()
+	}
+	return s.prepare(p)
+}
+
+// PrepareExpanded is Prepare for a spec the worker expanded from its own
+// catalog's definition of s.Action (package actions): every check of a
+// free-form spec, with the action's name kept beside the steps.
+func (s *Spec) PrepareExpanded(p limits.Policy) error {
+	if s.Action == "" {
+		return &FieldError{Field: "action", Msg: "an expanded spec names its action"}
+	}
+	return s.prepare(p)
+}
+
+func (s *Spec) prepare(p limits.Policy) error {
 	if s.Version != Version {
 		return &FieldError{Field: "version", Msg: fmt.Sprintf("got %d, want %d", s.Version, Version), Hint: `add "version": 1`}
 	}
-	if s.RunID == "" {
-		s.RunID = uuid.NewString()
-	} else if !runIDRE.MatchString(s.RunID) {
-		return &FieldError{Field: "run_id", Msg: "must be 1-128 characters of letters, digits, '.', '_', ':' or '-'"}
-	}
-	if len(s.IdempotencyKey) > 256 || strings.ContainsRune(s.IdempotencyKey, 0) {
-		return &FieldError{Field: "idempotency_key", Msg: "must be at most 256 bytes without NUL"}
-	}
-	if s.Queue == "" {
-		s.Queue = "default"
-	} else if !queueRE.MatchString(s.Queue) {
-		return &FieldError{Field: "queue", Msg: "must be 1-64 characters of letters, digits, '_' or '-'"}
-	}
-	if s.Action != "" && !nameRE.MatchString(s.Action) {
-		return &FieldError{Field: "action", Msg: "must be 1-64 characters of letters, digits, '.', '_' or '-'"}
+	if err := s.prepareIdentity(); err != nil {
+		return err
 	}
 	if s.Timeout == 0 {
 		s.Timeout = p.DefaultTimeout

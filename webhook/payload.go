@@ -34,6 +34,9 @@ type Pending struct {
 	TaskID     string `json:"task_id"`
 	ApprovalID string `json:"approval_id"`
 	Queue      string `json:"queue,omitempty"`
+	// Principal is who asked for the run (the API token's name, the MCP
+	// server's -principal), when it names one.
+	Principal string `json:"principal,omitempty"`
 	// Reasons are the policy's reasons for parking the output.
 	Reasons   []string  `json:"reasons"`
 	CreatedAt time.Time `json:"created_at,omitzero"`
@@ -82,11 +85,14 @@ type Final struct {
 	State   record.State   `json:"state"`
 	Verdict record.Verdict `json:"verdict"`
 	Error   string         `json:"error,omitempty"` // as the events stream has it (at most 512 bytes)
+	// Principal is who asked for the run, when it names one.
+	Principal string `json:"principal,omitempty"`
 	// The rest comes from the run's approval, when it had one.
 	ApprovalID  string    `json:"approval_id,omitempty"`
 	Queue       string    `json:"queue,omitempty"`
 	PublishedTo string    `json:"published_to,omitempty"` // promoted: where the store put it
 	DecidedBy   string    `json:"decided_by,omitempty"`   // a login, or policy:<rule>
+	ByNote      string    `json:"by_note,omitempty"`      // a display note beside decided_by, never who decided
 	DecidedAt   time.Time `json:"decided_at,omitzero"`
 	Comment     string    `json:"comment,omitempty"`
 	Reasons     []string  `json:"reasons,omitempty"`
@@ -109,18 +115,18 @@ func classify(e events.Event) string {
 
 // parseEntry reads an events stream entry: the fields the events package
 // writes and documents (run_id, task_id, state, verdict, approval_id,
-// error, time).
+// error, time, principal).
 func parseEntry(m redis.XMessage) events.Event {
 	s := func(k string) string { v, _ := m.Values[k].(string); return v }
 	t, _ := time.Parse(time.RFC3339Nano, s("time"))
 	return events.Event{ID: m.ID, RunID: s("run_id"), TaskID: s("task_id"), State: record.State(s("state")),
-		Verdict: record.Verdict(s("verdict")), ApprovalID: s("approval_id"), Error: s("error"), Time: t}
+		Verdict: record.Verdict(s("verdict")), ApprovalID: s("approval_id"), Error: s("error"), Principal: s("principal"), Time: t}
 }
 
 // pendingData is the data of a parked event; a is its approval, nil when
 // gone.
 func pendingData(e events.Event, a *approve.Approval, prefix string) Pending {
-	p := Pending{EventID: e.ID, RunID: e.RunID, TaskID: e.TaskID, ApprovalID: e.ApprovalID,
+	p := Pending{EventID: e.ID, RunID: e.RunID, TaskID: e.TaskID, ApprovalID: e.ApprovalID, Principal: e.Principal,
 		Reasons: []string{}, Commands: commands(e.ApprovalID, prefix),
 		Result: Summary{Artifacts: []record.Artifact{}, Steps: []Step{}}}
 	if a == nil {
@@ -128,6 +134,9 @@ func pendingData(e events.Event, a *approve.Approval, prefix string) Pending {
 		return p
 	}
 	p.Queue, p.CreatedAt, p.ExpiresAt = a.Run.Queue, a.CreatedAt, a.ExpiresAt
+	if a.Run.Principal != "" {
+		p.Principal = a.Run.Principal
+	}
 	if a.Reasons != nil {
 		p.Reasons = a.Reasons
 	}
@@ -146,9 +155,13 @@ func pendingData(e events.Event, a *approve.Approval, prefix string) Pending {
 // had none or it is gone.
 func finalData(e events.Event, a *approve.Approval) Final {
 	f := Final{EventID: e.ID, RunID: e.RunID, TaskID: e.TaskID, State: e.State, Verdict: e.Verdict,
-		Error: e.Error, ApprovalID: e.ApprovalID}
+		Error: e.Error, ApprovalID: e.ApprovalID, Principal: e.Principal}
 	if a != nil {
 		f.Queue, f.DecidedBy, f.DecidedAt, f.Comment, f.Reasons = a.Run.Queue, a.DecidedBy, a.DecidedAt, a.Comment, a.Reasons
+		f.ByNote = a.ByNote
+		if a.Run.Principal != "" {
+			f.Principal = a.Run.Principal
+		}
 		if e.State == record.StatePromoted {
 			f.PublishedTo = a.PublishedTo
 		}

@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/rs/zerolog"
 
+	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/secrets"
@@ -61,15 +63,23 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 
 // carryOut runs the phases of one attempt and fills rec.
 func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) outcome {
-	spec, err := w.decode(t.Payload())
+	spec, digest, err := w.decode(t.Payload())
 	if err != nil {
 		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictError, "spec rejected: "+err.Error()
 		return outcome{}
 	}
+	rec.Action, rec.ActionDigest = spec.Action, digest
 	rec.RunID, rec.Queue, rec.MaxRetry, rec.Limits = spec.RunID, spec.Queue, *spec.MaxRetry, spec.Limits
+	rec.Principal = spec.Principal
 	rec.KeptOutput = &record.KeptOutput{MaxBytes: int64(spec.MaxRecordBytes)}
 	w.log.Info().Str("task_id", rec.TaskID).Int("attempt", rec.Attempt).Str("run_id", spec.RunID).
 		Str("queue", spec.Queue).Int("steps", len(spec.Steps)).Int("inputs", len(spec.Inputs)).Msg("task start")
+	taskQueue, _ := asynq.GetQueueName(ctx)
+	if err := w.checkGrants(spec, taskQueue); err != nil {
+		// Before any value is read: the error names the secret and the grant it lacks.
+		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictError, err.Error()
+		return outcome{}
+	}
 	sec, err := w.secretSrc.Load(spec.Secrets)
 	if err != nil {
 		// Never a value: the error names the secret and where it is looked for.
@@ -206,7 +216,25 @@ func redact(rec *record.Run, s *secrets.Set) {
 		in.URL, in.FinalURL, in.Error = s.Redact(in.URL), s.Redact(in.FinalURL), s.Redact(in.Error)
 	}
 	for i := range rec.Egress {
-		rec.Egress[i].Reason = s.Redact(rec.Egress[i].Reason)
+		// The proxy records host names lower-cased.
+		rec.Egress[i].Reason = s.RedactLower(rec.Egress[i].Reason)
+		rec.Egress[i].Host = s.RedactLower(rec.Egress[i].Host)
+	}
+	// Names a step chose: the files it left, the artifacts (already
+	// staged under their redacted names: see checked.scrub).
+	for i := range rec.Files {
+		rec.Files[i].Path = s.Redact(rec.Files[i].Path)
+	}
+	for i := range rec.Refused {
+		rec.Refused[i].Path = s.Redact(rec.Refused[i].Path)
+	}
+	for i := range rec.Artifacts {
+		rec.Artifacts[i].Name = s.Redact(rec.Artifacts[i].Name)
+	}
+	if d := rec.Decision; d != nil {
+		for i := range d.Reasons {
+			d.Reasons[i] = s.Redact(d.Reasons[i])
+		}
 	}
 	for i := range rec.SchemaErrors {
 		rec.SchemaErrors[i].Message = s.Redact(rec.SchemaErrors[i].Message)
@@ -225,18 +253,45 @@ func (w *Worker) newRecord(ctx context.Context) record.Run {
 }
 
 // decode checks the payload again: the enqueuer is not trusted.
-func (w *Worker) decode(payload []byte) (*tasks.Spec, error) {
+//
+// A call of an action ({"action": NAME, "params": ...}) is expanded from
+// the worker's own catalog, never from anything the caller sent; digest is
+// then the definition's (record.Run.ActionDigest).
+func (w *Worker) decode(payload []byte) (spec *tasks.Spec, digest string, err error) {
 	if len(payload) > w.cfg.MaxPayload {
-		return nil, tasks.PayloadError(len(payload), w.cfg.MaxPayload)
+		return nil, "", tasks.PayloadError(len(payload), w.cfg.MaxPayload)
 	}
-	spec, err := tasks.Decode(payload)
+	spec, err = tasks.Decode(payload)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := spec.Prepare(w.cfg.Policy); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return spec, nil
+	if spec.Action == "" {
+		return spec, "", nil
+	}
+	def, ok := w.cfg.Actions.Lookup(spec.Action)
+	if !ok {
+		return nil, "", &tasks.FieldError{Field: "action", Msg: fmt.Sprintf("%q is not in this worker's catalog (worker -actions): %s", spec.Action, catalogNames(w.cfg.Actions))}
+	}
+	expanded, err := def.Expand(spec, w.cfg.Policy)
+	if err != nil {
+		return nil, "", err
+	}
+	return expanded, def.Digest, nil
+}
+
+// catalogNames lists a catalog's actions for an error message.
+func catalogNames(c *actions.Catalog) string {
+	names := c.Names()
+	switch {
+	case len(names) == 0:
+		return "it has none"
+	case len(names) > 20:
+		return fmt.Sprintf("it has %d, e.g. %s", len(names), strings.Join(names[:20], ", "))
+	}
+	return "it has " + strings.Join(names, ", ")
 }
 
 func joinErr(a, b string) string {
@@ -297,8 +352,8 @@ func (w *Worker) finish(ctx context.Context, rec *record.Run, workerFailed, fina
 
 // runEvent is the event of a run's final state.
 func runEvent(rec *record.Run) events.Event {
-	return events.Event{RunID: rec.RunID, TaskID: rec.TaskID,
-		State: rec.State, Verdict: rec.Verdict, ApprovalID: rec.ApprovalID, Error: rec.Error}
+	return events.Event{RunID: rec.RunID, TaskID: rec.TaskID, State: rec.State, Verdict: rec.Verdict,
+		ApprovalID: rec.ApprovalID, Error: rec.Error, Principal: rec.Principal}
 }
 
 // eventFailed reports a run's event that could not be appended.

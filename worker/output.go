@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -71,9 +72,12 @@ func (w *Worker) output(ctx context.Context, j *job, ws *tmpfs.Workspace, deadli
 }
 
 // scrub replaces every form of the run's secrets in the result and the
-// artifacts before anything of them is stored (approvals live in Redis;
-// published files are read by others), and keeps the names found. The
-// digests are those of what is staged and published.
+// artifacts, their names included, before anything of them is stored
+// (approvals live in Redis; published files are read by others), and
+// keeps the names found. The digests are those of what is staged and
+// published; an artifact is staged under its redacted name. A result
+// that redaction leaves with a key twice (or not JSON), or two artifacts
+// it leaves with one name, break the output contract.
 func (c *checked) scrub(s *secrets.Set) {
 	if s.Empty() {
 		return
@@ -82,7 +86,16 @@ func (c *checked) scrub(s *secrets.Set) {
 	if r, found := s.RedactBytes(c.result); len(found) > 0 {
 		c.result, c.leaked = r, append(c.leaked, found...)
 		where = append(where, "the result")
+		if !json.Valid(r) {
+			c.verdict, c.msg = record.VerdictOutput, "output.result: not JSON once the run's secrets are redacted"
+			return
+		}
+		if err := contract.CheckDuplicateKeys(r); err != nil {
+			c.verdict, c.msg = record.VerdictOutput, "output.result: "+err.Error()+" once the run's secrets are redacted"
+			return
+		}
 	}
+	renamed := false
 	for i := range c.artifacts.Artifacts {
 		a := &c.artifacts.Artifacts[i]
 		if d, found := s.RedactBytes(c.artifacts.Data[a.Name]); len(found) > 0 {
@@ -92,6 +105,26 @@ func (c *checked) scrub(s *secrets.Set) {
 			c.leaked = append(c.leaked, found...)
 			where = append(where, a.Name)
 		}
+		if n, found := s.RedactBytes([]byte(a.Name)); len(found) > 0 {
+			name := string(n)
+			if _, taken := c.artifacts.Data[name]; taken {
+				c.verdict, c.msg = record.VerdictOutput, fmt.Sprintf("output.artifacts: two artifacts are named %s once the run's secrets are redacted", name)
+				return
+			}
+			for j := range where {
+				if where[j] == a.Name {
+					where[j] = name // its content's mention, by the name it is staged under
+				}
+			}
+			c.artifacts.Data[name] = c.artifacts.Data[a.Name]
+			delete(c.artifacts.Data, a.Name)
+			a.Name, renamed = name, true
+			c.leaked = append(c.leaked, found...)
+			where = append(where, "the name of "+name)
+		}
+	}
+	if renamed {
+		slices.SortFunc(c.artifacts.Artifacts, func(a, b record.Artifact) int { return strings.Compare(a.Name, b.Name) })
 	}
 	if len(where) > 0 {
 		slices.Sort(c.leaked)
@@ -179,8 +212,10 @@ func (w *Worker) decide(spec *tasks.Spec, rec *record.Run, c checked) record.Dec
 	for _, st := range rec.Steps {
 		stderr = stderr || st.StderrBytes > 0
 	}
+	inEnv := spec.EnvSecrets()
 	d := w.cfg.RiskPolicy.Evaluate(policy.Input{
-		Queue: spec.Queue, Action: spec.Action, ArtifactBytes: c.artifacts.Bytes(), Result: c.result,
+		SecretInEnv: len(inEnv) > 0, SecretsInEnv: inEnv,
+		Queue: spec.Queue, Principal: spec.Principal, Action: spec.Action, ArtifactBytes: c.artifacts.Bytes(), Result: c.result,
 		Network: spec.Network, Stderr: stderr, SpecApproval: spec.Approval, SecretInArtifacts: len(c.leaked) > 0,
 	})
 	if len(c.leaked) > 0 {
@@ -277,7 +312,7 @@ func approvalID(taskID string, payload []byte) string {
 // summary is what an approval keeps of the run record.
 func summary(spec *tasks.Spec, rec *record.Run) approve.RunSummary {
 	s := approve.RunSummary{
-		Queue: rec.Queue, Attempt: rec.Attempt, StartedAt: rec.StartedAt,
+		Queue: rec.Queue, Principal: rec.Principal, Attempt: rec.Attempt, StartedAt: rec.StartedAt,
 		Worker: rec.Worker, Network: spec.Network,
 		Limits: rec.Limits, Isolation: rec.Isolation, Workspace: rec.Workspace,
 	}

@@ -265,6 +265,12 @@ func (w *Worker) fetchInputs(ctx context.Context, j *job, ws *tmpfs.Workspace, d
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	for i, in := range j.spec.Inputs {
+		// The URL the request goes to: its host must be granted every
+		// secret the headers carry (checked before they are expanded).
+		if err := w.fetchGrant(j.spec, i, in.URL); err != nil {
+			refuseInput(j.rec, j.spec, i, err)
+			return outcome{}, false
+		}
 		headers := make(map[string]string, len(in.Headers))
 		for k, v := range in.Headers {
 			headers[k] = tasks.Expand(v, j.secrets.Value)

@@ -7,15 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/events"
@@ -109,7 +110,11 @@ type Config struct {
 	EgressIdleTimeout time.Duration
 
 	// Output: contract, risk policy, approvals, promotion.
-	RiskPolicy  *policy.Policy  // default policy.NoPolicy(): every output is parked
+	RiskPolicy *policy.Policy // default policy.NoPolicy(): every output is parked
+	// Actions is the operator's catalog (worker -actions): the only
+	// definitions a call ({"action": NAME, "params": ...}) runs. Nil:
+	// the worker runs no action, and refuses every call.
+	Actions     *actions.Catalog
 	Sink        promote.Sink    // default promote.FS{Dir: "airlock-store"}
 	ApprovalTTL time.Duration   // pending approvals expire after it; default 72h
 	Artifacts   contract.Limits // caps of result and artifacts; defaults in contract
@@ -535,7 +540,7 @@ func noSockets(root string) error {
 
 // guard builds an address guard from allow-list entries: public addresses
 // open (downloads) or not (egress); the worker's own Redis is refused
-// whatever the entries say.
+// whatever the entries say, at every address that reaches it.
 func (w *Worker) guard(entries []string, openPublic bool) (*netguard.Guard, error) {
 	g := &netguard.Guard{OpenPublic: openPublic}
 	for _, e := range entries {
@@ -545,33 +550,35 @@ func (w *Worker) guard(entries []string, openPublic bool) (*netguard.Guard, erro
 		}
 		g.Rules = append(g.Rules, r)
 	}
-	g.Deny = redisAddrs(w.cfg.Redis, w.cfg.RedisNodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g.Deny = netguard.NewServers(ctx, redisNodes(w.cfg.Redis, w.cfg.RedisNodes), nil)
 	return g, nil
 }
 
-// redisAddrs are the addresses of the worker's Redis, resolved now: no
-// run may reach them, whatever an allow-list says.
-func redisAddrs(rdb redis.UniversalClient, nodes []string) []netip.AddrPort {
-	if c, ok := rdb.(*redis.Client); ok {
-		nodes = append([]string{c.Options().Addr}, nodes...)
+// redisNodes are the addresses of every Redis server the worker knows:
+// a single client's own, and those redisconn found (sentinels, their
+// master and replicas, cluster nodes), with each cluster node's bus port
+// (its port + 10000, Redis's default: a forged MEET there would rewire
+// the cluster). A failover client's Addr, or a unix socket's path, is no
+// host:port: NewServers skips it.
+func redisNodes(rdb redis.UniversalClient, nodes []string) []string {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		if c.Options().Network != "unix" {
+			return append([]string{c.Options().Addr}, nodes...)
+		}
+	case *redis.ClusterClient:
+		out := slices.Clone(nodes)
+		for _, n := range nodes {
+			host, port, err := net.SplitHostPort(n)
+			if p, perr := strconv.Atoi(port); err == nil && perr == nil && p > 0 && p+10000 <= 65535 {
+				out = append(out, net.JoinHostPort(host, strconv.Itoa(p+10000)))
+			}
+		}
+		return out
 	}
-	var out []netip.AddrPort
-	for _, n := range nodes {
-		host, portS, err := net.SplitHostPort(n)
-		if err != nil {
-			continue // a failover client's Addr is not an address
-		}
-		port, _ := strconv.ParseUint(portS, 10, 16)
-		if a, err := netip.ParseAddr(host); err == nil {
-			out = append(out, netip.AddrPortFrom(a.Unmap(), uint16(port)))
-			continue
-		}
-		addrs, _ := net.DefaultResolver.LookupNetIP(context.Background(), "ip", host)
-		for _, a := range addrs {
-			out = append(out, netip.AddrPortFrom(a.Unmap(), uint16(port)))
-		}
-	}
-	return out
+	return nodes
 }
 
 // Isolation returns the tiers in force, as written into every run record.
@@ -628,6 +635,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if err := queuepolicy.Publish(ctx, w.cfg.Redis, w.cfg.Prefix, queues, w.cfg.Policy); err != nil {
 		return fmt.Errorf("worker: publish limits: %w", err)
+	}
+	if err := queuepolicy.PublishGrants(ctx, w.cfg.Redis, w.cfg.Prefix, queues, w.cfg.RiskPolicy.Grants()); err != nil {
+		return fmt.Errorf("worker: publish secret grants: %w", err)
+	}
+	if err := actions.Publish(ctx, w.cfg.Redis, w.cfg.Prefix, queues, w.cfg.Actions.Infos()); err != nil {
+		return fmt.Errorf("worker: publish the actions' catalog: %w", err)
 	}
 	srv := asynq.NewServerFromRedisClient(w.cfg.Redis, asynq.Config{
 		Concurrency:              w.cfg.Concurrency,

@@ -37,12 +37,19 @@ const usageText = `usage: api -tokens FILE [flags]
 Serves Airlock's HTTP JSON API (README, HTTP API; the OpenAPI document is
 served at /openapi.json). The token file holds one token per line:
 
-  NAME SCOPE[,SCOPE...] TOKEN
+  NAME SCOPE[,SCOPE...] TOKEN [queues=Q[,Q...]] [actions=A[,A...]]
 
 with scopes among runs:write, runs:read, approvals:read, approvals:write
 (none implies another) and TOKEN either sha256:HEX (what -hash-token
 prints) or the token itself (at least 16 characters). Only hashes are kept
 in memory. Blank lines and lines starting with # are skipped.
+
+NAME (1-64 of [A-Za-z0-9._@+-]) is who asks: every run the token enqueues
+is stamped with it as its principal (a spec may not set one), idempotency
+keys are scoped to it, and every decision it makes is recorded as its.
+queues= binds the token to those queues (enqueue, read runs, read and
+decide approvals: 403 elsewhere); actions= to those catalog actions (no
+free-form spec).
 
 exit status: 0 after a clean shutdown (SIGINT, SIGTERM), 1 error,
 2 bad flags or token file

@@ -288,6 +288,10 @@ func formatShow(a *approve.Approval, data func(name string) ([]byte, error), now
 		state += " by " + clean(a.DecidedBy) + " at " + stamp(a.DecidedAt)
 	}
 	field("state", state)
+	if a.ByNote != "" {
+		// The name the decider's front end was given: a note, not who decided.
+		field("by note", clean(a.ByNote))
+	}
 	if a.Comment != "" {
 		for i, l := range wrap(clean(a.Comment), lineWidth-11) {
 			field(first(i == 0, "comment"), l)
@@ -298,6 +302,9 @@ func formatShow(a *approve.Approval, data func(name string) ([]byte, error), now
 	}
 	field("run", clean(a.RunID))
 	field("task", clean(a.TaskID))
+	if a.Run.Principal != "" {
+		field("asked by", clean(a.Run.Principal))
+	}
 	r := a.Run
 	run := []string{clean(r.Queue)}
 	if r.Attempt > 0 {

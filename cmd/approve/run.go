@@ -304,7 +304,9 @@ type listItem struct {
 	CreatedAt  time.Time     `json:"created_at"`
 	ExpiresAt  time.Time     `json:"expires_at,omitzero"`
 	Reasons    []string      `json:"reasons"`
+	Principal  string        `json:"principal,omitempty"`
 	DecidedBy  string        `json:"decided_by,omitempty"`
+	ByNote     string        `json:"by_note,omitempty"`
 	DecidedAt  time.Time     `json:"decided_at,omitzero"`
 	PromotedAt time.Time     `json:"promoted_at,omitzero"`
 }
@@ -344,8 +346,8 @@ func (c *session) list(ctx context.Context, _ []string) error {
 		out := make([]listItem, len(as))
 		for i, a := range as {
 			out[i] = listItem{ID: a.ID, TaskID: a.TaskID, RunID: a.RunID, Queue: a.Run.Queue, State: a.State,
-				CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Reasons: a.Reasons, DecidedBy: a.DecidedBy,
-				DecidedAt: a.DecidedAt, PromotedAt: a.PromotedAt}
+				CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Reasons: a.Reasons, Principal: a.Run.Principal,
+				DecidedBy: a.DecidedBy, ByNote: a.ByNote, DecidedAt: a.DecidedAt, PromotedAt: a.PromotedAt}
 		}
 		return c.printJSON(out)
 	}

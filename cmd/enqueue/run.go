@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -35,13 +36,19 @@ type options struct {
 	waitTimeout time.Duration
 	retention   time.Duration
 	queue       string
+	principal   string
 	waitID      string
 	resultID    string
 	json        bool
 	specPath    string
+	listActions bool
+	action      string // -action: a call of this action, without a spec file
+	params      string
 }
 
 const usageText = `usage: enqueue [flags] SPEC.json|-     enqueue a spec (- reads it from stdin)
+       enqueue [flags] -action NAME [-params JSON]  enqueue a call of an operator's action
+       enqueue [flags] -list-actions     list the actions the workers of -queue publish
        enqueue [flags] -wait-id TASK_ID  wait for (or read) a task already enqueued
        enqueue [flags] -result TASK_ID   print a promoted run's result and manifest
 
@@ -101,13 +108,30 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", 5*time.Minute, "with -wait, give up after this long")
 	fs.DurationVar(&o.retention, "retention", airlock.DefaultRetention, "how long the run record is kept after the task ends")
 	fs.StringVar(&o.queue, "queue", "", "queue to enqueue in, overriding the spec's queue (with -wait-id: the task's queue, default \"default\"; with -result: where to look, default every queue)")
+	fs.StringVar(&o.principal, "principal", "", "who asks: stamped as the spec's principal (run record, events, approvals; policy rules on principal match it); a spec naming another is refused. Default: none (the spec's own, if any, is kept)")
 	fs.StringVar(&o.waitID, "wait-id", "", "wait for the task with this id, already enqueued, and print its record (implies -wait)")
 	fs.StringVar(&o.resultID, "result", "", "print the published result and manifest of this task as JSON ({\"where\", \"manifest\", \"result\"})")
 	fs.BoolVar(&o.json, "json", false, "print JSON: the enqueued task, and errors as {\"error\", \"field\", \"code\"}")
+	fs.BoolVar(&o.listActions, "list-actions", false, "list the actions the workers of -queue (default \"default\") publish: name, params schema, description (with -json: the catalog as JSON)")
+	fs.StringVar(&o.action, "action", "", "enqueue a call of this operator-defined action (worker -actions) instead of a spec file")
+	fs.StringVar(&o.params, "params", "", "with -action: its params, a JSON object")
 	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return o, err
 	}
 	switch {
+	case o.listActions && (fs.NArg() != 0 || o.waitID != "" || o.resultID != "" || o.action != ""):
+		return o, errors.New("-list-actions takes no spec, -wait-id, -result or -action (see -h)")
+	case o.listActions:
+		return o, nil
+	case o.params != "" && o.action == "":
+		return o, errors.New("-params: only with -action (see -h)")
+	case o.action != "" && (fs.NArg() != 0 || o.waitID != "" || o.resultID != ""):
+		return o, errors.New("-action takes no spec file, -wait-id or -result (see -h)")
+	case o.action != "":
+		if !tasks.ValidActionName(o.action) {
+			return o, fmt.Errorf("-action %q: want 1-64 of [A-Za-z0-9._-], starting with a letter or digit", o.action)
+		}
+		return o, nil
 	case o.resultID != "" && (fs.NArg() != 0 || o.waitID != ""):
 		return o, errors.New("-result takes no spec and no -wait-id (see -h)")
 	case o.resultID != "":
@@ -120,6 +144,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 		return o, errors.New("-wait-timeout: must be positive")
 	case o.retention <= 0:
 		return o, errors.New("-retention: must be positive (the run record must be kept to be read)")
+	case o.principal != "" && !tasks.ValidPrincipal(o.principal):
+		return o, fmt.Errorf("-principal %q: want 1-64 of [A-Za-z0-9._@+-], starting with a letter or digit", o.principal)
 	}
 	if o.waitID != "" {
 		if o.wait == "" {
@@ -135,7 +161,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 }
 
 func run(ctx context.Context, o options, stdin io.Reader, stdout, stderr io.Writer) error {
-	c, err := airlock.Dial(o.redisURL, airlock.ClientOptions{Retention: o.retention, Prefix: o.prefix})
+	c, err := airlock.Dial(o.redisURL, airlock.ClientOptions{Retention: o.retention, Prefix: o.prefix, Principal: o.principal})
 	if err != nil {
 		return fmt.Errorf("-redis: %w", err)
 	}
@@ -152,15 +178,22 @@ func run(ctx context.Context, o options, stdin io.Reader, stdout, stderr io.Writ
 		}
 		return writeJSON(stdout, map[string]any{"where": p.Where, "manifest": p.Manifest, "result": p.Result})
 	}
+	if o.listActions {
+		return printActions(ctx, c, o, stdout)
+	}
 	enq := airlock.Enqueued{TaskID: o.waitID, Queue: o.queue}
 	if o.waitID == "" {
-		data, err := readSpec(o.specPath, stdin, tasks.DefaultMaxPayload)
-		if err != nil {
-			return err
-		}
-		spec, err := tasks.Decode(data)
-		if err != nil {
-			return err
+		var spec *tasks.Spec
+		if o.action != "" {
+			spec = &tasks.Spec{Version: tasks.Version, Action: o.action, Params: json.RawMessage(o.params)}
+		} else {
+			data, err := readSpec(o.specPath, stdin, tasks.DefaultMaxPayload)
+			if err != nil {
+				return err
+			}
+			if spec, err = tasks.Decode(data); err != nil {
+				return err
+			}
 		}
 		if o.queue != "" {
 			spec.Queue = o.queue
@@ -258,6 +291,34 @@ func (w *waitMode) Set(v string) error {
 		*w = "final"
 	default:
 		return fmt.Errorf("want -wait, -wait=final or -wait=false, got %q", v)
+	}
+	return nil
+}
+
+// printActions prints the catalog the workers of -queue published.
+func printActions(ctx context.Context, c *airlock.Client, o options, stdout io.Writer) error {
+	infos, err := c.Actions(ctx, o.queue)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		if infos == nil {
+			infos = []actions.Info{}
+		}
+		return writeJSON(stdout, infos)
+	}
+	if len(infos) == 0 {
+		q := o.queue
+		if q == "" {
+			q = "default"
+		}
+		_, err := fmt.Fprintf(stdout, "no action published for queue %q (workers publish their -actions catalog when they start)\n", q)
+		return err
+	}
+	for _, i := range infos {
+		if _, err := fmt.Fprintf(stdout, "%s  params %s\n    %s\n", i.Name, i.Params, i.Description); err != nil {
+			return err
+		}
 	}
 	return nil
 }

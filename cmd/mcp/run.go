@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/internal/mcpserver"
 	"github.com/airlock-run/airlock/internal/redisconn"
+	"github.com/airlock-run/airlock/tasks"
 )
 
 // Exit codes of Run.
@@ -55,6 +56,7 @@ flags:
 
 type options struct {
 	redisURL, prefix          string
+	principal                 string
 	queues                    []string
 	httpAddr, tokenFile       string
 	tlsCert, tlsKey           string
@@ -105,6 +107,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redisURL, "redis", redisURL, cli.RedisUsage(from))
 	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis: the workers' -prefix")
 	fs.StringVar(&queues, "queue", mcpserver.DefaultQueue, "queue run_action enqueues in, and the tools read, by default; a comma-separated list allows a spec or a call to name one of the others (the first is the default; no other queue can be reached)")
+	fs.StringVar(&o.principal, "principal", mcpserver.DefaultPrincipal, "who asks for every run this server enqueues: stamped as the spec's principal (run record, events, approvals; policy rules on principal match it); agents cannot set it. 1-64 of [A-Za-z0-9._@+-]")
 	fs.StringVar(&o.httpAddr, "http", "", "serve streamable HTTP at http://ADDR/mcp instead of stdio (port 0: a free port, logged)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "with -http: file holding the bearer token clients must send (at least 16 characters); required unless ADDR is loopback")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "with -http: serve HTTPS with this PEM certificate (chain) file; needs -tls-key")
@@ -127,6 +130,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected argument %q (see -h)", fs.Arg(0))
 	case len(o.queues) == 0:
 		return o, errors.New("-queue: want at least one queue")
+	case !tasks.ValidPrincipal(o.principal):
+		return o, fmt.Errorf("-principal %q: want 1-64 of [A-Za-z0-9._@+-], starting with a letter or digit", o.principal)
 	case o.maxWait <= 0:
 		return o, errors.New("-max-wait: must be positive")
 	case o.retention <= 0:
@@ -219,10 +224,10 @@ func serve(ctx context.Context, o options, stdin io.Reader, stdout io.Writer, lo
 	if err != nil {
 		return fmt.Errorf("-redis: %w", err)
 	}
-	c := airlock.NewClient(rdb, airlock.ClientOptions{Prefix: o.prefix, Retention: o.retention})
+	c := airlock.NewClient(rdb, airlock.ClientOptions{Prefix: o.prefix, Retention: o.retention, Principal: o.principal})
 	defer rdb.Close()
 	defer c.Close()
-	srv, err := mcpserver.New(c, mcpserver.Options{Queues: o.queues, MaxWait: o.maxWait, Log: log})
+	srv, err := mcpserver.New(c, mcpserver.Options{Queues: o.queues, MaxWait: o.maxWait, Log: log, Principal: o.principal})
 	if err != nil {
 		return err
 	}

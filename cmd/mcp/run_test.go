@@ -53,6 +53,8 @@ func TestFlags(t *testing.T) {
 		{[]string{"-max-wait", "0s"}, 2, "-max-wait: must be positive"},
 		{[]string{"-queue", "a,b c"}, 2, `-queue "b c"`},
 		{[]string{"-queue", ","}, 2, "-queue: want at least one queue"},
+		{[]string{"-principal", "agents of corp"}, 2, `-principal "agents of corp": want 1-64 of [A-Za-z0-9._@+-]`},
+		{[]string{"-principal", ""}, 2, `-principal "": want 1-64`},
 		{[]string{"-nope"}, 2, "mcp: flag provided but not defined: -nope (see mcp -h)\n"},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"-log-format", "xml"}, 2, "-log-format"},

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
 	csvreport "github.com/airlock-run/airlock/examples/csv-report"
@@ -47,6 +49,7 @@ type options struct {
 	timeout, maxTimeout, checkInterval, shutdownTimeout, grace  time.Duration
 	allowNetwork, landlock, dev                                 bool
 	policyFile, storeDir, cgroupMode, storeGroup, prefix        string
+	actionsDir, devPartnerURL                                   string
 	approvalTTL, sweepInterval                                  time.Duration
 	maxArtifacts                                                int
 	maxArtifactBytes, maxResultBytes, maxStaged                 string
@@ -114,6 +117,7 @@ flags:
 	fs.StringVar(&o.fetchMax, "fetch-max-bytes", limits.DefaultMaxInputBytes.String(), "default and maximum size of one input download")
 	fs.DurationVar(&o.fetchTimeout, "fetch-timeout", 5*time.Minute, "bound of one input download (within the task's deadline)")
 	fs.StringVar(&o.policyFile, "policy", "", "risk policy file (JSON or YAML); without one every output is parked")
+	fs.StringVar(&o.actionsDir, "actions", "", "directory of action definitions, one file per action (NAME.yaml, NAME.yml or NAME.json): the only actions callers may ask for by name")
 	fs.StringVar(&o.storeDir, "store", "airlock-store", "where promoted outputs are published: a directory (<store>/<run_id>/<task_id>/, 0700/0600), or s3://bucket/prefix, an S3-compatible store configured by the AWS environment (AWS_ENDPOINT_URL_S3, AWS_REGION, AWS_ACCESS_KEY_ID...; README, Promotion)")
 	fs.StringVar(&o.storeGroup, "store-group", "", "group (name or gid) allowed to read the store: directories 0750, files 0640")
 	fs.DurationVar(&o.approvalTTL, "approval-ttl", 72*time.Hour, "pending approvals expire after this")
@@ -178,11 +182,17 @@ flags:
 			o.secretsDir = partner.secretsDir
 		}
 		o.fetchAllow = append(o.fetchAllow, "127.0.0.1")
+		o.devPartnerURL = partner.url
 		log.Info().Str("export", partner.url+"/export.csv").Msg("dev mode: the csv-report demo's partner serves its export (bearer token: the secret PARTNER_TOKEN)")
 	}
 	cfg, err := o.config(ctx, log)
 	if err != nil {
 		return err
+	}
+	if o.dev && o.policyFile == "" {
+		if cfg.RiskPolicy, err = devPolicy(partner.url); err != nil {
+			return fmt.Errorf("dev mode: %w", err)
+		}
 	}
 	ready := &readiness{}
 	ready.set("starting")
@@ -242,7 +252,7 @@ flags:
 		})
 	}
 	if o.dev {
-		go demo(ctx, rdb, o.prefix, partner.url, stdout, log)
+		go demo(ctx, rdb, o.prefix, stdout, log)
 	}
 	err = w.Run(ctx)
 	if n := logOut.dropped.Load(); n > 0 {
@@ -322,8 +332,13 @@ func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config
 			return worker.Config{}, fmt.Errorf("%s: %w", f.name, err)
 		}
 	}
+	catalog, err := o.catalog(pol)
+	if err != nil {
+		return worker.Config{}, err
+	}
 	return worker.Config{
-		Prefix: o.prefix, RiskPolicy: risk, Sink: sink, ApprovalTTL: o.approvalTTL,
+		Actions: catalog,
+		Prefix:  o.prefix, RiskPolicy: risk, Sink: sink, ApprovalTTL: o.approvalTTL,
 		SweepInterval: o.sweepInterval, MaxStaged: int64(sizes[2]), MaxPending: pendingBound(sizes[3]),
 		Artifacts:   contract.Limits{MaxCount: o.maxArtifacts, MaxBytes: int64(sizes[0]), MaxResult: int64(sizes[1])},
 		Concurrency: o.concurrency, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
@@ -333,6 +348,32 @@ func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config
 		EgressAllow: o.egressAllow, EgressMaxBytes: int64(egressMax), EgressMaxConns: o.egressMaxConns, EgressIdleTimeout: o.egressIdle, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
 		ShutdownTimeout: o.shutdownTimeout, Grace: o.grace, Logger: log,
 	}, nil
+}
+
+// catalog loads -actions; dev mode adds the csv-report demo's action,
+// pointed at its partner.
+func (o *options) catalog(pol limits.Policy) (*actions.Catalog, error) {
+	c, err := actions.NewCatalog()
+	if o.actionsDir != "" {
+		if c, err = actions.LoadDir(o.actionsDir, pol); err != nil {
+			return nil, fmt.Errorf("-actions: %w", err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if o.devPartnerURL != "" {
+		if _, taken := c.Lookup(csvreport.Name); !taken {
+			d, err := csvreport.Action(o.devPartnerURL, pol)
+			if err != nil {
+				return nil, fmt.Errorf("dev mode: %w", err)
+			}
+			if err := c.Add(d); err != nil {
+				return nil, fmt.Errorf("dev mode: %w", err)
+			}
+		}
+	}
+	return c, nil
 }
 
 // pendingBound is worker.Config.MaxPending for -max-pending-bytes: 0 there
@@ -464,6 +505,19 @@ func startPartner(dir string) (*devPartner, error) {
 	return p, nil
 }
 
+// devPolicy is dev mode's risk policy when -policy gives none: every output
+// parked, as without a policy, and the demo's secret granted (a worker
+// grants no secret its policy does not): PARTNER_TOKEN, to runs of the
+// demo's catalog action (csv-report) alone, in input headers to the
+// partner's host:port only, never in a step's environment.
+func devPolicy(partnerURL string) (*policy.Policy, error) {
+	u, err := url.Parse(partnerURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("partner URL %q: %v", partnerURL, err)
+	}
+	return policy.Parse(fmt.Appendf(nil, `{"default": "park", "secrets": {"PARTNER_TOKEN": {"actions": [%q], "hosts": [%q], "env": false}}}`, csvreport.Name, u.Host), "json")
+}
+
 func (p *devPartner) close() {
 	_ = p.srv.Close()
 	if p.secretsDir != "" {
@@ -471,11 +525,12 @@ func (p *devPartner) close() {
 	}
 }
 
-// demo enqueues the csv-report example against the dev partner, waits for
-// its record and prints it.
-func demo(ctx context.Context, rdb redis.UniversalClient, prefix, partner string, stdout io.Writer, log zerolog.Logger) {
+// demo enqueues the csv-report example's call of its action (which dev
+// mode's catalog points at the dev partner), waits for its record and
+// prints it.
+func demo(ctx context.Context, rdb redis.UniversalClient, prefix string, stdout io.Writer, log zerolog.Logger) {
 	c := airlock.NewClient(rdb, airlock.ClientOptions{Prefix: prefix})
-	spec, err := csvreport.Spec(partner)
+	spec, err := csvreport.Call()
 	if err == nil {
 		var e airlock.Enqueued
 		e, err = c.Enqueue(ctx, spec)

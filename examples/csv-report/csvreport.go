@@ -1,17 +1,19 @@
 // Package csvreport is the example of Airlock's seed article: an agent
 // fetches a partner's CSV export with a token, drops its parasitic
 // columns, computes two indicators, and returns a summary that is
-// validated before it is parked or promoted. It holds the spec, the
-// script, the policy, and a tiny partner server for the demo (Partner),
+// validated before it is parked or promoted. It holds the action's
+// definition (actions/csv-report.yaml: the script, the input, the output
+// contract), a call of it (spec.json), the policy, and a tiny partner
+// server for the demo (Partner),
 // which `worker -dev` runs and `go run ./examples/csv-report/partner`
 // serves on its own.
 package csvreport
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math/big"
 	"net/http"
@@ -20,47 +22,53 @@ import (
 
 	_ "embed"
 
+	"github.com/airlock-run/airlock/actions"
+	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/tasks"
 )
 
 //go:embed spec.json
-var specJSON []byte
+var callJSON []byte
 
-//go:embed clean.sh
-var cleanSh string
+//go:embed actions/csv-report.yaml
+var definition []byte
 
 //go:embed policy.yaml
 var Policy []byte
 
-// Spec returns the example's spec, its script filled in, fetching the
-// export from base (e.g. "http://127.0.0.1:8765").
-func Spec(base string) (*tasks.Spec, error) {
-	s, err := tasks.Decode(specJSON)
-	if err != nil {
-		return nil, err
-	}
-	s.Files = map[string]tasks.File{"clean.sh": tasks.File(cleanSh)}
-	u, err := url.Parse(s.Inputs[0].URL)
-	if err != nil {
-		return nil, err
-	}
+// Name is the example's action name.
+const Name = "csv-report"
+
+// defaultBase is the partner's address in the definition's file.
+const defaultBase = "http://127.0.0.1:8765"
+
+// Definition returns the action's definition (YAML, as in
+// actions/csv-report.yaml), fetching the export from base (e.g.
+// "http://127.0.0.1:8765").
+func Definition(base string) ([]byte, error) {
 	b, err := url.Parse(base)
-	if err != nil || b.Host == "" {
+	if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" || (b.Path != "" && b.Path != "/") {
 		return nil, fmt.Errorf("csvreport: base %q: want http://host:port", base)
 	}
-	u.Scheme, u.Host = b.Scheme, b.Host
-	s.Inputs[0].URL = u.String()
-	return s, nil
+	return bytes.ReplaceAll(definition, []byte(defaultBase+"/"), []byte(b.Scheme+"://"+b.Host+"/")), nil
 }
 
-// SpecJSON returns Spec as JSON, for enqueue.
-func SpecJSON(base string) ([]byte, error) {
-	s, err := Spec(base)
+// Action returns the action's definition fetching from base, prepared
+// against p, for a worker's catalog.
+func Action(base string, p limits.Policy) (*actions.Definition, error) {
+	d, err := Definition(base)
 	if err != nil {
 		return nil, err
 	}
-	return json.MarshalIndent(s, "", "  ")
+	return actions.Parse(Name, d, "yaml", p)
 }
+
+// Call returns the example's call of the action (spec.json): its name
+// and a day.
+func Call() (*tasks.Spec, error) { return tasks.Decode(callJSON) }
+
+// CallJSON returns spec.json, for enqueue.
+func CallJSON() []byte { return bytes.Clone(callJSON) }
 
 // NewToken returns a random bearer token.
 func NewToken() string {

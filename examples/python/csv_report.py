@@ -2,8 +2,9 @@
 """Run Airlock's csv-report demo through the HTTP API (cmd/api), with the
 standard library only.
 
-It enqueues examples/csv-report/spec.json (clean.sh inlined, the export's
-URL pointed at $PARTNER_URL), long-polls the run until it is done, accepts
+It runs the operator's csv-report action (examples/csv-report/actions: the
+worker must load it, as `worker -dev` does, or with -actions) by name with
+the day's params, long-polls the run until it is done, accepts
 the parked output with an approver's token when one is given, waits until
 the run is final, and prints the published result as JSON:
 
@@ -16,9 +17,7 @@ Environment:
                             output; without it, someone else must accept it
                             (approve accept ID), or the worker's policy
                             promote it (-policy examples/csv-report/policy.yaml)
-    PARTNER_URL             where the partner serves /export.csv
-                            (default http://127.0.0.1:8765)
-    AIRLOCK_QUEUE           the queue (default: the spec's, "default")
+    AIRLOCK_QUEUE           the queue (default: "default")
     AIRLOCK_TIMEOUT         seconds to wait in all (default 300)
 
 Exit status: 0 promoted and printed; 1 anything else (the reason on stderr).
@@ -33,8 +32,6 @@ import urllib.parse
 import urllib.request
 import uuid
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DEMO = os.path.join(HERE, "..", "csv-report")
 NOT_DONE = {"pending", "active", "scheduled", "retry", "aggregating"}
 FINAL = {"completed", "failed", "promoted", "rejected", "expired"}
 
@@ -70,18 +67,12 @@ def call(base, token, method, path, body=None, headers=None, timeout=60):
         raise APIError(e.code, problem) from None
 
 
-def demo_spec(partner, queue):
-    """The csv-report spec, as examples/csv-report's Spec builds it."""
-    with open(os.path.join(DEMO, "spec.json")) as f:
-        spec = json.load(f)
-    with open(os.path.join(DEMO, "clean.sh")) as f:
-        spec["files"] = {"clean.sh": f.read()}
-    url = urllib.parse.urlsplit(spec["inputs"][0]["url"])
-    base = urllib.parse.urlsplit(partner)
-    spec["inputs"][0]["url"] = urllib.parse.urlunsplit((base.scheme, base.netloc, url.path, url.query, ""))
+def demo_call(queue):
+    """The call of the csv-report action: its params, and the queue."""
+    call = {"params": {"day": time.strftime("%Y-%m-%d")}}
     if queue:
-        spec["queue"] = queue
-    return spec
+        call["queue"] = queue
+    return call
 
 
 def wait(base, token, task, queue, until, deadline):
@@ -107,15 +98,14 @@ def main():
         print("csv_report: set AIRLOCK_TOKEN (runs:write, runs:read)", file=sys.stderr)
         return 1
     approver = os.environ.get("AIRLOCK_APPROVER_TOKEN")
-    partner = os.environ.get("PARTNER_URL", "http://127.0.0.1:8765")
     deadline = time.monotonic() + float(os.environ.get("AIRLOCK_TIMEOUT", "300"))
-    spec = demo_spec(partner, os.environ.get("AIRLOCK_QUEUE"))
+    body = demo_call(os.environ.get("AIRLOCK_QUEUE"))
 
     # The key makes a retried POST safe: the same key gives the same task.
     key = "csv-report-py-" + str(uuid.uuid4())
     for attempt in range(3):
         try:
-            status, enq = call(base, token, "POST", "/v1/runs", spec, {"Idempotency-Key": key})
+            status, enq = call(base, token, "POST", "/v1/actions/csv-report/runs", body, {"Idempotency-Key": key})
             break
         except (urllib.error.URLError, ConnectionError) as e:
             if attempt == 2:

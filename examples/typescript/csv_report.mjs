@@ -5,20 +5,19 @@
  * that `node csv_report.mjs` runs it as is and `tsc --checkJs` (or an
  * editor) type-checks it. The types are those of httpapi/openapi.json.
  *
- * It enqueues examples/csv-report/spec.json (clean.sh inlined, the
- * export's URL pointed at $PARTNER_URL), long-polls the run until it is
- * done, accepts the parked output with an approver's token when one is
+ * It runs the operator's csv-report action (examples/csv-report/actions:
+ * the worker must load it, as `worker -dev` does, or with -actions) by name
+ * with the day's params, long-polls the run until it is done, accepts the parked output with an approver's token when one is
  * given, waits until the run is final, and prints the published result:
  *
  *   {"task_id": "...", "state": "promoted", "result": {"rows": 500, ...}}
  *
  * Environment: AIRLOCK_API_URL (default http://127.0.0.1:8080),
  * AIRLOCK_TOKEN (runs:write, runs:read; required), AIRLOCK_APPROVER_TOKEN
- * (approvals:write; optional), PARTNER_URL (default
- * http://127.0.0.1:8765), AIRLOCK_QUEUE, AIRLOCK_TIMEOUT (seconds, 300).
+ * (approvals:write; optional), AIRLOCK_QUEUE, AIRLOCK_TIMEOUT (seconds,
+ * 300).
  * Exit status: 0 promoted and printed; 1 anything else.
  */
-import { readFile } from "node:fs/promises";
 import { randomUUID } from "node:crypto";
 
 /** @typedef {{type: string, title: string, status: number, detail?: string, field?: string, state?: string, decided_by?: string}} Problem */
@@ -29,7 +28,6 @@ import { randomUUID } from "node:crypto";
 
 const NOT_DONE = new Set(["pending", "active", "scheduled", "retry", "aggregating"]);
 const FINAL = new Set(["completed", "failed", "promoted", "rejected", "expired"]);
-const demo = new URL("../csv-report/", import.meta.url);
 
 class APIError extends Error {
   /** @param {number} status @param {Problem} problem */
@@ -66,19 +64,14 @@ async function call(base, token, method, path, body, headers = {}) {
 }
 
 /**
- * The csv-report spec, as examples/csv-report's Spec builds it.
- * @param {string} partner @param {string | undefined} queue
+ * The call of the csv-report action: its params, and the queue.
+ * @param {string | undefined} queue
  */
-async function demoSpec(partner, queue) {
-  const spec = JSON.parse(await readFile(new URL("spec.json", demo), "utf8"));
-  spec.files = { "clean.sh": await readFile(new URL("clean.sh", demo), "utf8") };
-  const u = new URL(spec.inputs[0].url);
-  const p = new URL(partner);
-  u.protocol = p.protocol;
-  u.host = p.host;
-  spec.inputs[0].url = u.toString();
-  if (queue) spec.queue = queue;
-  return spec;
+function demoCall(queue) {
+  /** @type {{params: {day: string}, queue?: string}} */
+  const body = { params: { day: new Date().toISOString().slice(0, 10) } };
+  if (queue) body.queue = queue;
+  return body;
 }
 
 /**
@@ -110,7 +103,7 @@ async function main() {
   }
   const approver = env.AIRLOCK_APPROVER_TOKEN;
   const deadline = Date.now() + 1000 * Number(env.AIRLOCK_TIMEOUT ?? "300");
-  const spec = await demoSpec(env.PARTNER_URL ?? "http://127.0.0.1:8765", env.AIRLOCK_QUEUE);
+  const body = demoCall(env.AIRLOCK_QUEUE);
 
   // The key makes a retried POST safe: the same key gives the same task.
   const key = `csv-report-js-${randomUUID()}`;
@@ -118,7 +111,7 @@ async function main() {
   let posted;
   for (let attempt = 0; !posted; attempt++) {
     try {
-      posted = await call(base, token, "POST", "/v1/runs", spec, { "Idempotency-Key": key });
+      posted = await call(base, token, "POST", "/v1/actions/csv-report/runs", body, { "Idempotency-Key": key });
     } catch (e) {
       if (e instanceof APIError || attempt === 2) throw e;
       console.error(`csv_report: ${e}; retrying with the same Idempotency-Key`);

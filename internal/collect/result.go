@@ -26,7 +26,11 @@ import (
 //     what it is); a symlink among its directories: tmpfs.ErrSymlink; not
 //     owned by the workspace uid: tmpfs.ErrNotOwned;
 //   - larger than max: tmpfs.ErrTooLarge;
-//   - not JSON: contract.ErrResultNotJSON.
+//   - not JSON: contract.ErrResultNotJSON;
+//   - an object with a key twice, anywhere: contract.ErrDuplicateKey (a
+//     *contract.DuplicateKeyError names the key's JSON pointer). Readers
+//     disagree on which value counts: the schema's validator and the risk
+//     policy would see the last, others the first.
 //
 // Errors name rel but not the spec's field: the caller says "output.result".
 func ReadResult(ws *tmpfs.Workspace, rel string, max int64) ([]byte, error) {
@@ -44,6 +48,9 @@ func ReadResult(ws *tmpfs.Workspace, rel string, max int64) ([]byte, error) {
 		var v any
 		err := json.Unmarshal(data, &v) // for the reason
 		return nil, fmt.Errorf("%s: %w: %v", rel, contract.ErrResultNotJSON, err)
+	}
+	if err := contract.CheckDuplicateKeys(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", rel, err)
 	}
 	return data, nil
 }

@@ -198,7 +198,7 @@ func TestServeDenied(t *testing.T) {
 	host, port := hostPort(t, up.URL)
 
 	denyRedis := guard(t, "127.0.0.1")
-	denyRedis.Deny = []netip.AddrPort{upAddr}
+	denyRedis.Deny = netguard.NewServers(context.Background(), []string{upAddr.String()}, nil)
 	var lookups atomic.Int32
 	noDNS := guard(t, "127.0.0.1")
 	noDNS.Resolver = &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {

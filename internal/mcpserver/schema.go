@@ -66,11 +66,15 @@ func buildSchemas() (schemas, error) {
 	step := func(name string) object { return part("definitions", "step", "properties", name) }
 	output := func(name string) object { return part("definitions", "output", "properties", name) }
 
-	// The spec itself, without what belongs to a root.
+	// The spec itself, without what belongs to a root, nor what an agent
+	// may not set: principal, which the server stamps.
 	specProp := maps.Clone(spec)
 	for _, k := range []string{"$schema", "$id", "definitions"} {
 		delete(specProp, k)
 	}
+	specProps := maps.Clone(spec["properties"].(object))
+	delete(specProps, "principal")
+	specProp["properties"] = specProps
 	specProp["description"] = "A whole task spec v1 (README, Task spec v1): files, inputs, secrets, steps, limits, output contract. " +
 		"Decoded strictly, as enqueue does: an unknown field or a bad value is refused, naming the field. " +
 		"Its queue, if given, must be one this server serves. Use either spec or the simple form (command, files...), not both."
@@ -110,7 +114,6 @@ func buildSchemas() (schemas, error) {
 			"artifacts":       describe(output("artifacts"), "path.Match globs of files published with the result (e.g. out/*.csv; needs output_result to be useful)."),
 			"run_id":          part("properties", "run_id"),
 			"idempotency_key": part("properties", "idempotency_key"),
-			"action":          part("properties", "action"),
 			"approval":        part("properties", "approval"),
 			"wait":            waitProp,
 			"wait_timeout":    waitTimeout,

@@ -35,6 +35,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -60,6 +61,9 @@ const (
 	DefaultMaxWait = 5 * time.Minute
 	DefaultWait    = 30 * time.Second
 	DefaultQueue   = "default"
+	// DefaultPrincipal is who asks for the runs of a server given no
+	// Options.Principal.
+	DefaultPrincipal = "mcp"
 )
 
 // Client is what the server needs of *airlock.Client.
@@ -69,6 +73,7 @@ type Client interface {
 	WaitFinal(ctx context.Context, queue, taskID string) (*record.Run, error)
 	Status(ctx context.Context, queue, taskID string) (*record.Run, error)
 	ResultIn(ctx context.Context, queue, taskID string) (*airlock.Published, error)
+	Actions(ctx context.Context, queue string) ([]actions.Info, error)
 }
 
 var _ Client = (*airlock.Client)(nil)
@@ -91,6 +96,11 @@ type Options struct {
 	Progress time.Duration
 	// Log gets one line per tool call; the zero Logger logs nothing.
 	Log zerolog.Logger
+	// Principal is who asks for every run the server enqueues (the spec's
+	// principal, in the record, events and approvals, and what policy
+	// rules on principal match): the operator's name for the agents this
+	// server serves. An agent cannot set it. Empty: DefaultPrincipal.
+	Principal string
 }
 
 func (o Options) withDefaults() Options {
@@ -107,6 +117,9 @@ func (o Options) withDefaults() Options {
 	if o.Progress <= 0 {
 		o.Progress = 10 * time.Second
 	}
+	if o.Principal == "" {
+		o.Principal = DefaultPrincipal
+	}
 	return o
 }
 
@@ -120,13 +133,17 @@ type server struct {
 const instructions = `Airlock runs actions (commands over files) as sandboxed, bounded jobs: no network, resource limits, a deadline, ` +
 	`and an honest run record (each step's exit code, stdout, stderr, duration). ` +
 	`run_action enqueues one (a whole task spec, or the simple form: command + files); get_run and wait_run read its record; ` +
-	`get_result reads its published output. An output (output_result) is never published by the run itself: ` +
+	`get_result reads its published output. Each action the operator defined (worker -actions) is also a tool of its own: ` +
+	`its params are its arguments, and it answers with the run record once done. An output (output_result) is never published by the run itself: ` +
 	`the operator's policy publishes it, or it is parked until a human approves it. A parked output is ` + CannotApprove + `: ` +
 	`no tool accepts or rejects an output; tell the user it waits for review instead.`
 
 // New returns the MCP server with the four tools, using c.
 func New(c Client, o Options) (*mcp.Server, error) {
 	o = o.withDefaults()
+	if !tasks.ValidPrincipal(o.Principal) {
+		return nil, fmt.Errorf("mcpserver: principal %q: want 1-64 of [A-Za-z0-9._@+-], starting with a letter or digit", o.Principal)
+	}
 	sc, err := buildSchemas()
 	if err != nil {
 		return nil, err
@@ -134,6 +151,8 @@ func New(c Client, o Options) (*mcp.Server, error) {
 	s := &server{c: c, o: o}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Title: "Airlock", Version: version()},
 		&mcp.ServerOptions{Instructions: instructions})
+	at := &actionTools{s: s, srv: srv, digests: map[string]string{}}
+	srv.AddReceivingMiddleware(at.middleware)
 	no := false
 	srv.AddTool(&mcp.Tool{
 		Name:  ToolRunAction,
@@ -325,6 +344,10 @@ func (s *server) runAction(ctx context.Context, req *mcp.CallToolRequest) (any, 
 		if spec, err = tasks.Decode(specRaw); err != nil {
 			return nil, specFieldError(err)
 		}
+		if spec.Principal != "" {
+			return nil, specFieldError(&tasks.FieldError{Field: "principal", Msg: "set by the server, not by a spec",
+				Hint: "leave principal out: every run this server enqueues is stamped with its operator's -principal"})
+		}
 		if spec.Queue, err = s.queue("spec.queue", spec.Queue); err != nil {
 			return nil, reject(err)
 		}
@@ -334,6 +357,7 @@ func (s *server) runAction(ctx context.Context, req *mcp.CallToolRequest) (any, 
 		}
 		spec.Queue = s.o.Queues[0]
 	}
+	spec.Principal = s.o.Principal
 	e, err := s.c.Enqueue(ctx, spec)
 	if err != nil {
 		if tasks.IsInvalid(err) {

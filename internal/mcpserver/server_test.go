@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
@@ -33,6 +35,13 @@ type fakeClient struct {
 	enqueued []*tasks.Spec
 	runs     map[string]*record.Run // by task id
 	block    bool                   // Wait and WaitFinal block until ctx is done
+	catalog  []actions.Info         // what Actions returns
+}
+
+func (f *fakeClient) Actions(context.Context, string) ([]actions.Info, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.catalog), nil
 }
 
 func (f *fakeClient) Enqueue(_ context.Context, s *tasks.Spec) (airlock.Enqueued, error) {
@@ -49,8 +58,11 @@ func (f *fakeClient) Enqueue(_ context.Context, s *tasks.Spec) (airlock.Enqueued
 	if f.runs == nil {
 		f.runs = map[string]*record.Run{}
 	}
-	f.runs[id] = &record.Run{TaskID: id, RunID: s.RunID, Queue: s.Queue, State: record.StateCompleted, Verdict: record.VerdictOK,
-		Steps: []record.Step{{Name: s.Steps[0].Name, Argv: s.Steps[0].Run, Stdout: "out\n"}}}
+	rec := &record.Run{TaskID: id, RunID: s.RunID, Queue: s.Queue, Action: s.Action, Principal: s.Principal, State: record.StateCompleted, Verdict: record.VerdictOK}
+	if len(s.Steps) > 0 {
+		rec.Steps = []record.Step{{Name: s.Steps[0].Name, Argv: s.Steps[0].Run, Stdout: "out\n"}}
+	}
+	f.runs[id] = rec
 	return airlock.Enqueued{TaskID: id, Queue: s.Queue, RunID: s.RunID}, nil
 }
 
@@ -183,6 +195,13 @@ func TestRunActionSchemaIsTheSpecSchema(t *testing.T) {
 				t.Errorf("spec property has %s", k)
 			}
 		case "description":
+		case "properties":
+			// Every property but principal, which the server stamps.
+			want := maps.Clone(v.(map[string]any))
+			delete(want, "principal")
+			if !reflect.DeepEqual(prop[k], want) {
+				t.Errorf("spec property's properties differ from tasks.SpecSchema's but principal")
+			}
 		default:
 			if !reflect.DeepEqual(prop[k], v) {
 				t.Errorf("spec property's %s differs from tasks.SpecSchema's", k)
@@ -199,7 +218,7 @@ func TestRunActionSimpleForm(t *testing.T) {
 	cs := connect(t, fc, Options{Queues: []string{"agents", "other"}}, nil)
 	res, out := callTool(t, cs, ToolRunAction, `{"command": "wc -l in/a", "files": {"in/a": "1\n2\n"}, "stdin": "x", "env": {"A": "b"},
 		"timeout": "20s", "limits": {"memory": "64MiB"}, "output_result": "out/r.json", "output_schema": {"type": "object"},
-		"artifacts": ["out/*.csv"], "run_id": "r-1", "idempotency_key": "k", "action": "count", "approval": "always"}`)
+		"artifacts": ["out/*.csv"], "run_id": "r-1", "idempotency_key": "k", "approval": "always"}`)
 	if res.IsError {
 		t.Fatalf("error: %v", out)
 	}
@@ -211,7 +230,7 @@ func TestRunActionSimpleForm(t *testing.T) {
 		!slices.Equal(s.Steps[0].Run, []string{"sh", "-c", "wc -l in/a"}) || s.Steps[0].Stdin != "x" || s.Steps[0].Env["A"] != "b" ||
 		time.Duration(s.Timeout) != 20*time.Second || s.Limits.Memory != 64<<20 ||
 		s.Output == nil || s.Output.Result != "out/r.json" || !slices.Equal(s.Output.Artifacts, []string{"out/*.csv"}) ||
-		s.IdempotencyKey != "k" || s.Action != "count" || s.Approval != "always" || string(s.Files["in/a"]) != "1\n2\n" {
+		s.IdempotencyKey != "k" || s.Action != "" || s.Approval != "always" || string(s.Files["in/a"]) != "1\n2\n" {
 		b, _ := json.Marshal(s)
 		t.Errorf("spec %s", b)
 	}

@@ -23,7 +23,6 @@ type simpleForm struct {
 	Artifacts      json.RawMessage
 	RunID          json.RawMessage
 	IdempotencyKey json.RawMessage
-	Action         json.RawMessage
 	Approval       json.RawMessage
 }
 
@@ -33,7 +32,7 @@ func (f *simpleForm) args() []arg {
 		{"command", &f.Command}, {"files", &f.Files}, {"stdin", &f.Stdin}, {"env", &f.Env},
 		{"timeout", &f.Timeout}, {"limits", &f.Limits}, {"output_result", &f.OutputResult},
 		{"output_schema", &f.OutputSchema}, {"artifacts", &f.Artifacts}, {"run_id", &f.RunID},
-		{"idempotency_key", &f.IdempotencyKey}, {"action", &f.Action}, {"approval", &f.Approval},
+		{"idempotency_key", &f.IdempotencyKey}, {"approval", &f.Approval},
 	}
 }
 
@@ -85,7 +84,6 @@ func (f *simpleForm) spec() (*tasks.Spec, error) {
 	set(spec, "limits", f.Limits)
 	set(spec, "run_id", f.RunID)
 	set(spec, "idempotency_key", f.IdempotencyKey)
-	set(spec, "action", f.Action)
 	set(spec, "approval", f.Approval)
 	if len(f.OutputResult) > 0 || len(f.OutputSchema) > 0 || len(f.Artifacts) > 0 {
 		out := map[string]json.RawMessage{}

@@ -131,8 +131,9 @@ type Guard struct {
 	// OpenPublic lets every public address through (input downloads);
 	// without it only Rules do (the egress proxy).
 	OpenPublic bool
-	// Deny are refused whatever the rules say: the worker's own Redis.
-	Deny []netip.AddrPort
+	// Deny are refused whatever the rules say, at every address that
+	// reaches them: the worker's own Redis (see Servers).
+	Deny *Servers
 	// Resolver resolves names; default a pure-Go resolver.
 	Resolver *net.Resolver
 	// Timeout bounds a connection; default 10s.
@@ -162,14 +163,16 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 // Check reports whether host (as the URL or CONNECT names it) may be
 // reached at addr:port.
 func (g *Guard) Check(host string, addr netip.Addr, port uint16) error {
+	return g.check(context.Background(), host, addr, port)
+}
+
+func (g *Guard) check(ctx context.Context, host string, addr netip.Addr, port uint16) error {
 	// A zone says which interface, not which address: fe80::1%eth0 is
 	// classified as fe80::1 (netip's prefixes contain no zoned address).
 	addr = addr.Unmap().WithZone("")
 	host = strings.ToLower(strings.Trim(host, "[]"))
-	for _, d := range g.Deny {
-		if d.Addr().Unmap() == addr && (d.Port() == 0 || d.Port() == port) {
-			return &RefusedError{Host: host, Addr: addr, Why: "the worker's own Redis"}
-		}
+	if g.Deny.refuses(ctx, addr, port) {
+		return &RefusedError{Host: host, Addr: addr, Why: redisWhy}
 	}
 	inRefused := isRefused(addr)
 	for _, r := range g.Rules {
@@ -238,7 +241,7 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 		timeout = 10 * time.Second
 	}
 	for _, a := range addrs {
-		if err := g.Check(host, a, uint16(port)); err != nil {
+		if err := g.check(ctx, host, a, uint16(port)); err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}

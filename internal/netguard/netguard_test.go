@@ -144,7 +144,7 @@ func TestCheckRefusesZonedAddress(t *testing.T) {
 func TestCheck(t *testing.T) {
 	pub := netip.MustParseAddr("93.184.216.34")
 	lo := netip.MustParseAddr("127.0.0.1")
-	redis := netip.MustParseAddrPort("127.0.0.1:6379")
+	redis := fakeServers(t, "127.0.0.1:6379")
 	tests := []struct {
 		name  string
 		guard Guard
@@ -175,12 +175,14 @@ func TestCheck(t *testing.T) {
 		{"wildcard, metadata address", Guard{OpenPublic: true, Rules: rules(t, "*.example.com")}, "a.example.com", netip.MustParseAddr("169.254.169.254"), 80, false},
 		{"wildcard, the domain itself", Guard{Rules: rules(t, "*.example.com")}, "example.com", pub, 443, false},
 		{"wildcard, a look-alike", Guard{Rules: rules(t, "*.example.com")}, "badexample.com", pub, 443, false},
-		{"deny beats an IP rule", Guard{Rules: rules(t, "127.0.0.1"), Deny: []netip.AddrPort{redis}}, "127.0.0.1", lo, 6379, false},
-		{"deny beats a host rule", Guard{Rules: rules(t, "redis.internal"), Deny: []netip.AddrPort{redis}}, "redis.internal", lo, 6379, false},
-		{"deny beats a mapped spelling", Guard{Rules: rules(t, "127.0.0.1"), Deny: []netip.AddrPort{redis}}, "::ffff:127.0.0.1", netip.MustParseAddr("::ffff:127.0.0.1"), 6379, false},
-		{"deny, another port", Guard{Rules: rules(t, "127.0.0.1"), Deny: []netip.AddrPort{redis}}, "127.0.0.1", lo, 6380, true},
-		{"deny port 0, every port", Guard{Rules: rules(t, "127.0.0.1"), Deny: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:0")}}, "127.0.0.1", lo, 6380, false},
-		{"deny, another address", Guard{Rules: rules(t, "127.0.0.0/8"), Deny: []netip.AddrPort{redis}}, "127.0.0.2", netip.MustParseAddr("127.0.0.2"), 6379, true},
+		{"deny beats an IP rule", Guard{Rules: rules(t, "127.0.0.1"), Deny: redis}, "127.0.0.1", lo, 6379, false},
+		{"deny beats a host rule", Guard{Rules: rules(t, "redis.internal"), Deny: redis}, "redis.internal", lo, 6379, false},
+		{"deny beats a mapped spelling", Guard{Rules: rules(t, "127.0.0.1"), Deny: redis}, "::ffff:127.0.0.1", netip.MustParseAddr("::ffff:127.0.0.1"), 6379, false},
+		{"deny, another port", Guard{Rules: rules(t, "127.0.0.1"), Deny: redis}, "127.0.0.1", lo, 6380, true},
+		{"deny, another loopback address", Guard{Rules: rules(t, "127.0.0.0/8"), Deny: redis}, "127.0.0.2", netip.MustParseAddr("127.0.0.2"), 6379, false},
+		{"deny, another loopback address, another port", Guard{Rules: rules(t, "127.0.0.0/8"), Deny: redis}, "127.0.0.2", netip.MustParseAddr("127.0.0.2"), 6380, true},
+		{"deny, the host's address", Guard{Rules: rules(t, "192.0.2.0/24"), Deny: redis}, "192.0.2.2", netip.MustParseAddr("192.0.2.2"), 6379, false},
+		{"deny, a remote address on the port", Guard{Rules: rules(t, "192.0.2.0/24"), Deny: redis}, "192.0.2.3", netip.MustParseAddr("192.0.2.3"), 6379, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -196,13 +198,13 @@ func TestCheck(t *testing.T) {
 }
 
 func TestCheckDenyReason(t *testing.T) {
-	g := &Guard{Rules: rules(t, "127.0.0.1"), Deny: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:6379")}}
-	err := g.Check("127.0.0.1", netip.MustParseAddr("127.0.0.1"), 6379)
+	g := &Guard{Rules: rules(t, "127.0.0.0/8"), Deny: fakeServers(t, "127.0.0.1:6379")}
+	err := g.Check("127.0.0.2", netip.MustParseAddr("127.0.0.2"), 6379)
 	var re *RefusedError
 	if !errors.As(err, &re) {
 		t.Fatalf("Check = %v, want a *RefusedError", err)
 	}
-	want := RefusedError{Host: "127.0.0.1", Addr: netip.MustParseAddr("127.0.0.1"), Why: "the worker's own Redis"}
+	want := RefusedError{Host: "127.0.0.2", Addr: netip.MustParseAddr("127.0.0.2"), Why: "the worker's own Redis"}
 	if diff := cmp.Diff(want, *re, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Errorf("RefusedError (-want +got):\n%s", diff)
 	}
@@ -246,8 +248,9 @@ func TestDialContext(t *testing.T) {
 		{"CIDR rule", Guard{Rules: rules(t, "127.0.0.0/8")}, addr, false},
 		{"IP rule, mapped spelling", Guard{Rules: rules(t, "127.0.0.1")}, net.JoinHostPort("::ffff:127.0.0.1", strconv.Itoa(int(ap.Port()))), false},
 		{"another loopback IP", Guard{Rules: rules(t, "127.0.0.2")}, addr, true},
-		{"deny this port", Guard{Rules: rules(t, "127.0.0.1"), Deny: []netip.AddrPort{ap}}, addr, true},
-		{"deny another port", Guard{Rules: rules(t, "127.0.0.1"), Deny: []netip.AddrPort{other}}, addr, false},
+		{"deny this port", Guard{Rules: rules(t, "127.0.0.1"), Deny: NewServers(context.Background(), []string{ap.String()}, nil)}, addr, true},
+		{"deny this port at another loopback address", Guard{Rules: rules(t, "127.0.0.1"), Deny: NewServers(context.Background(), []string{"127.0.0.9:" + strconv.Itoa(int(ap.Port()))}, nil)}, addr, true},
+		{"deny another port", Guard{Rules: rules(t, "127.0.0.1"), Deny: NewServers(context.Background(), []string{other.String()}, nil)}, addr, false},
 		{"numeric spelling despite a rule", Guard{Rules: rules(t, "127.0.0.1"), OpenPublic: true}, net.JoinHostPort("2130706433", strconv.Itoa(int(ap.Port()))), true},
 	}
 	for _, tt := range tests {

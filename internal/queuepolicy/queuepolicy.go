@@ -1,6 +1,6 @@
-// Package queuepolicy is where workers publish their limits.Policy, one key
-// per queue, so that an enqueuer can reject a spec before it reaches a
-// worker.
+// Package queuepolicy is where workers publish their limits.Policy, and the
+// secret grants of their risk policy (PublishGrants), one key per queue,
+// so that an enqueuer can reject a spec before it reaches a worker.
 //
 // A published policy is advice for enqueuers, not enforcement: every worker
 // checks each spec again against its own policy. A policy is stored without

@@ -167,24 +167,19 @@ func (s *Set) Redact(t string) string {
 	return string(b)
 }
 
-// TrimCut returns b without the longest tail that begins a form of one of
-// the set's values (at most the whole form less one byte). It is for text
-// cut at a cap: a value cut there is not whole, so RedactBytes does not
-// find it, and its first bytes would be kept. A truncated stream loses
-// at most that tail, which may also be ordinary text.
+// TrimCut returns b without its last bytes: as many as the longest form
+// of the set's values less one (all of b when it is shorter). It is for
+// text cut at a cap: a value cut there is not whole, so RedactBytes does
+// not find it, and its first bytes would be kept. What it drops does not
+// depend on what b holds: dropping only a tail that begins a value would
+// tell whoever wrote b, by the length kept, whether it guessed the value's
+// first bytes, one byte at a time. A truncated stream loses that tail,
+// ordinary text or not.
 func (s *Set) TrimCut(b []byte) []byte {
 	if s.Empty() {
 		return b
 	}
-	cut := 0
-	for _, f := range s.forms {
-		for n := min(len(f)-1, len(b)); n > cut; n-- {
-			if bytes.HasSuffix(b, f[:n]) {
-				cut = n
-				break
-			}
-		}
-	}
+	cut := min(len(s.forms[0])-1, len(b)) // forms are sorted longest first
 	return b[:len(b)-cut]
 }
 

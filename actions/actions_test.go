@@ -1,0 +1,167 @@
+package actions_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-run/airlock/actions"
+	csvreport "github.com/airlock-run/airlock/examples/csv-report"
+	"github.com/airlock-run/airlock/limits"
+	"github.com/airlock-run/airlock/tasks"
+)
+
+const good = `
+description: Sum a day's export.
+params:
+  type: object
+  properties:
+    day: {type: string}
+    n: {type: integer, maximum: 10}
+  required: [day]
+  additionalProperties: false
+spec:
+  inputs:
+    - url: "https://partner.example/export?day=${param:day}"
+      path: in/x.csv
+      headers: {X-Day: "${param:day}"}
+  steps:
+    - run: [sh, -c, "cat in/params.json"]
+`
+
+func parse(t *testing.T, def string) (*actions.Definition, error) {
+	t.Helper()
+	return actions.Parse("sum", []byte(def), "yaml", limits.DefaultPolicy())
+}
+
+func call(params string) *tasks.Spec {
+	s := &tasks.Spec{Version: 1, Action: "sum", Params: json.RawMessage(params), Queue: "q", IdempotencyKey: "k", Principal: "alice"}
+	if err := s.Prepare(limits.DefaultPolicy()); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// TestExpand: a call's params reach the run as in/params.json and, escaped,
+// in the input's URL (after the host) and header; the call's identity is
+// kept; nothing of the call reaches argv.
+func TestExpand(t *testing.T) {
+	d, err := parse(t, good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(d.Digest, "sha256:") || len(d.Digest) != 71 {
+		t.Errorf("digest %q", d.Digest)
+	}
+	s, err := d.Expand(call(`{"day": "2026-12-05&admin=1/../x y#z", "n": 3}`), limits.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.Inputs[0].URL, "https://partner.example/export?day=2026-12-05%26admin%3D1%2F..%2Fx%20y%23z"; got != want {
+		t.Errorf("url %q, want %q", got, want)
+	}
+	if got := s.Inputs[0].Headers["X-Day"]; got != "2026-12-05&admin=1/../x y#z" {
+		t.Errorf("header %q", got)
+	}
+	if got := string(s.Files[actions.ParamsFile]); got != `{"day":"2026-12-05\u0026admin=1/../x y#z","n":3}` {
+		t.Errorf("params file %q", got)
+	}
+	if s.Action != "sum" || s.Queue != "q" || s.IdempotencyKey != "k" || s.Principal != "alice" || s.Params != nil {
+		t.Errorf("identity: %+v", s)
+	}
+	if s.Steps[0].Run[2] != "cat in/params.json" {
+		t.Errorf("argv changed: %q", s.Steps[0].Run)
+	}
+}
+
+// TestExpandRefusesBadParams: params are checked against the schema, and a
+// value that goes into an input must be a scalar without line breaks or
+// a secret reference.
+func TestExpandRefusesBadParams(t *testing.T) {
+	d, err := parse(t, good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ params, field string }{
+		{`{}`, "params"},
+		{`{"day": "d", "n": 11}`, "params.n"},
+		{`{"day": "d", "x": 1}`, "params"},
+		{`{"day": 5}`, "params.day"},
+		{`{"day": "a\nHost: evil"}`, "params.day"},
+		{`{"day": "${secret:PARTNER_TOKEN}"}`, "params.day"},
+	} {
+		_, err := d.Expand(call(c.params), limits.DefaultPolicy())
+		var fe *tasks.FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%s: got %v, want an error on %s", c.params, err, c.field)
+		}
+	}
+}
+
+// TestParseRefuses: what only the caller gives, params outside the inputs,
+// params not required, a host chosen by a param, limits above the
+// worker's: refused at load, naming the field.
+func TestParseRefuses(t *testing.T) {
+	for _, c := range []struct{ def, field string }{
+		{"spec: {queue: q, steps: [{run: ['true']}]}", "spec.queue"},
+		{"spec: {action: x, steps: [{run: ['true']}]}", "spec.action"},
+		{"spec: {principal: x, steps: [{run: ['true']}]}", "spec.principal"},
+		{"spec: {run_id: x, steps: [{run: ['true']}]}", "spec.run_id"},
+		{"params: {type: object, properties: {a: {type: string}}, required: [a]}\nspec: {steps: [{run: [echo, '${param:a}']}]}", "spec.steps[0].run[1]"},
+		{"params: {type: object, properties: {a: {type: string}}, required: [a]}\nspec: {steps: [{run: ['true'], env: {A: '${param:a}'}}]}", `spec.steps[0].env["A"]`},
+		{"params: {type: object, properties: {a: {type: string}}, required: [a]}\nspec: {files: {x: '${param:a}'}, steps: [{run: ['true']}]}", `spec.files["x"]`},
+		{"params: {type: object, properties: {a: {type: string}}}\nspec: {inputs: [{url: 'https://h/${param:a}', path: x}], steps: [{run: ['true']}]}", "spec.inputs[0].url"},
+		{"params: {type: object, properties: {a: {type: string}}, required: [a]}\nspec: {inputs: [{url: 'https://${param:a}/x', path: x}], steps: [{run: ['true']}]}", "spec.inputs[0].url"},
+		{"spec: {files: {in/params.json: x}, steps: [{run: ['true']}]}", "spec.files"},
+		{"spec: {steps: [{run: ['true']}], limits: {memory: 100GiB}}", "spec.limits.memory"},
+		{"params: {type: array}\nspec: {steps: [{run: ['true']}]}", "params"},
+		{"description: x", "spec"},
+		{"spec: {steps: []}", "spec.steps"},
+	} {
+		_, err := parse(t, c.def)
+		var ae *actions.Error
+		if !errors.As(err, &ae) || ae.Field != c.field {
+			t.Errorf("%s:\n  got %v, want an error on %s", c.def, err, c.field)
+		}
+	}
+	for _, bad := range []string{"spec: {steps: [{run: ['true']}]}\nspec: {}", "nope: 1\nspec: {steps: [{run: ['true']}]}", "- a"} {
+		if _, err := parse(t, bad); err == nil {
+			t.Errorf("%q: loaded", bad)
+		}
+	}
+}
+
+// TestLoadDir loads the example's catalog, refuses a directory with a bad
+// file, and names the file.
+func TestLoadDir(t *testing.T) {
+	c, err := actions.LoadDir("../examples/csv-report/actions", limits.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Names(); len(got) != 1 || got[0] != csvreport.Name {
+		t.Fatalf("names %v", got)
+	}
+	info := c.Infos()[0]
+	if info.Timeout == 0 || info.MaxRetry != tasks.DefaultMaxRetry || !strings.Contains(info.Description, "refund rate") {
+		t.Errorf("info %+v", info)
+	}
+	if err := info.CheckParams(json.RawMessage(`{"day": "yesterday"}`)); err == nil {
+		t.Error("a day that does not match the pattern passed the published schema")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ok.json"), []byte(`{"spec": {"steps": [{"run": ["true"]}]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := actions.LoadDir(dir, limits.DefaultPolicy()); err != nil || c.Len() != 1 {
+		t.Fatalf("json definition: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("spec: {steps: [{run: ['true']}], network: maybe}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := actions.LoadDir(dir, limits.DefaultPolicy()); err == nil || !strings.Contains(err.Error(), "bad.yaml") {
+		t.Errorf("bad file: %v", err)
+	}
+}

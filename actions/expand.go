@@ -1,0 +1,290 @@
+package actions
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/airlock-run/airlock/contract"
+	"github.com/airlock-run/airlock/limits"
+	"github.com/airlock-run/airlock/tasks"
+)
+
+// setSpec checks the spec template of d and keeps it: a spec that leaves
+// who asks and where to the call (no action, params, queue, run_id,
+// idempotency_key or principal), whose ${param:NAME} appear only in its
+// inputs' URLs (after the host) and headers and name required params, and
+// that prepares against p once expanded.
+func (d *Definition) setSpec(raw json.RawMessage, p limits.Policy) error {
+	fail := func(field, format string, args ...any) error {
+		return &Error{File: d.Name, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return fail("spec", "want a mapping (a task spec)")
+	}
+	for _, k := range []string{"action", "params", "queue", "run_id", "idempotency_key", "principal"} {
+		if _, ok := fields[k]; ok {
+			return fail("spec."+k, "is the caller's to give, not the definition's")
+		}
+	}
+	if _, ok := fields["version"]; !ok {
+		fields["version"] = json.RawMessage("1")
+	}
+	full, err := json.Marshal(fields)
+	if err != nil {
+		return fail("spec", "%v", err)
+	}
+	tmpl, err := tasks.Decode(full)
+	if err != nil {
+		return specError(d.Name, err)
+	}
+	if _, ok := tmpl.Files[ParamsFile]; ok {
+		return fail("spec.files", "%s is where the run finds its params: the definition may not write it", ParamsFile)
+	}
+	if err := d.checkRefs(tmpl); err != nil {
+		return err
+	}
+	d.spec = full
+	// Expanded with placeholder params, the template must prepare against
+	// the worker's limits: a definition that asks more than they allow is
+	// refused at load, not at each call.
+	probe := map[string]string{}
+	for _, n := range d.refs {
+		probe[n] = "x"
+	}
+	s, err := d.expand(probe, []byte("{}"))
+	if err != nil {
+		return specError(d.Name, err)
+	}
+	s.Action = d.Name
+	if err := s.PrepareExpanded(p); err != nil {
+		return specError(d.Name, err)
+	}
+	d.Timeout, d.MaxRetry = s.Timeout, *s.MaxRetry
+	return nil
+}
+
+// specError names a template's field as the definition's.
+func specError(name string, err error) error {
+	if fe, ok := err.(*tasks.FieldError); ok {
+		msg := fe.Msg
+		if fe.Hint != "" {
+			msg += " (" + fe.Hint + ")"
+		}
+		return &Error{File: name, Field: "spec." + strings.TrimPrefix(fe.Field, "spec"), Msg: msg}
+	}
+	return &Error{File: name, Field: "spec", Msg: err.Error()}
+}
+
+// checkRefs finds the params the template uses and checks where: only in
+// inputs' URLs, after the host, and in their headers' values; each must be
+// a required property of the params schema.
+func (d *Definition) checkRefs(t *tasks.Spec) error {
+	fail := func(field, format string, args ...any) error {
+		return &Error{File: d.Name, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	var schema struct {
+		Required []string `json:"required"`
+	}
+	_ = json.Unmarshal(d.Params, &schema)
+	use := func(field, v string) error {
+		for _, n := range tasks.ParamRefs(v) {
+			if !slices.Contains(schema.Required, n) {
+				return fail(field, "uses ${param:%s}, which params does not require", n)
+			}
+			if !slices.Contains(d.refs, n) {
+				d.refs = append(d.refs, n)
+			}
+		}
+		return nil
+	}
+	nowhere := func(field, v string) error {
+		if strings.Contains(v, "${param:") {
+			return fail(field, "a parameter may be used only in inputs[].url (after the host) and inputs[].headers: params reach steps as the file %s", ParamsFile)
+		}
+		return nil
+	}
+	for i, in := range t.Inputs {
+		f := fmt.Sprintf("spec.inputs[%d]", i)
+		if scheme, rest, ok := strings.Cut(in.URL, "://"); ok {
+			host, _, _ := strings.Cut(rest, "/")
+			host, _, _ = strings.Cut(host, "?")
+			if err := nowhere(f+".url", scheme+"://"+host); err != nil {
+				return err
+			}
+		}
+		if err := use(f+".url", in.URL); err != nil {
+			return err
+		}
+		if err := nowhere(f+".path", in.Path); err != nil {
+			return err
+		}
+		for k, v := range in.Headers {
+			if err := use(fmt.Sprintf("%s.headers[%q]", f, k), v); err != nil {
+				return err
+			}
+		}
+	}
+	for i, st := range t.Steps {
+		f := fmt.Sprintf("spec.steps[%d]", i)
+		for j, a := range st.Run {
+			if err := nowhere(fmt.Sprintf("%s.run[%d]", f, j), a); err != nil {
+				return err
+			}
+		}
+		for k, v := range st.Env {
+			if err := nowhere(fmt.Sprintf("%s.env[%q]", f, k), v); err != nil {
+				return err
+			}
+		}
+		if err := nowhere(f+".stdin", st.Stdin); err != nil {
+			return err
+		}
+	}
+	for p, c := range t.Files {
+		if err := nowhere(fmt.Sprintf("spec.files[%q]", p), string(c)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckParams checks params (a JSON object, or empty for {}) against the
+// action's schema. Errors are *tasks.FieldError naming "params" or the
+// offending member ("params.day").
+func (d *Definition) CheckParams(params json.RawMessage) (canonical []byte, vals map[string]string, err error) {
+	doc, err := validate(d.params, params)
+	if err != nil {
+		return nil, nil, err
+	}
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return nil, nil, &tasks.FieldError{Field: "params", Msg: "want a JSON object"}
+	}
+	vals = map[string]string{}
+	for _, n := range d.refs {
+		s, err := scalar(m[n])
+		if err != nil {
+			return nil, nil, &tasks.FieldError{Field: "params." + n, Msg: err.Error()}
+		}
+		vals[n] = s
+	}
+	canonical, err = json.Marshal(m)
+	if err != nil {
+		return nil, nil, &tasks.FieldError{Field: "params", Msg: err.Error()}
+	}
+	return canonical, vals, nil
+}
+
+// validate checks params (a JSON object, or empty for {}) against s and
+// returns the document validated.
+func validate(s *contract.Schema, params json.RawMessage) ([]byte, error) {
+	if err := tasks.CheckParams(params); err != nil {
+		return nil, err
+	}
+	doc := bytes.TrimSpace(params)
+	if len(doc) == 0 || string(doc) == "null" {
+		doc = []byte("{}")
+	}
+	vs, err := s.Validate(doc)
+	if err != nil {
+		return nil, &tasks.FieldError{Field: "params", Msg: err.Error()}
+	}
+	if len(vs) > 0 {
+		v := vs[0]
+		msg := v.Message
+		if len(vs) > 1 {
+			msg += fmt.Sprintf(" (and %d more)", len(vs)-1)
+		}
+		return nil, &tasks.FieldError{Field: "params" + strings.ReplaceAll(v.Path, "/", "."), Msg: msg,
+			Hint: "GET /v1/actions (or enqueue -list-actions) shows the action's params schema"}
+	}
+	return doc, nil
+}
+
+// CheckParams checks params against the schema of the action i
+// describes, as an enqueuer can before the worker does it again. Errors
+// are *tasks.FieldError naming "params" or the offending member.
+func (i Info) CheckParams(params json.RawMessage) error {
+	s, err := contract.Compile(i.Params)
+	if err != nil {
+		return &tasks.FieldError{Field: "action", Msg: fmt.Sprintf("the published params schema of %q does not compile: %v", i.Name, err)}
+	}
+	_, err = validate(s, params)
+	return err
+}
+
+// scalar is a param's value as it goes into a URL or a header.
+func scalar(v any) (string, error) {
+	var s string
+	switch t := v.(type) {
+	case string:
+		s = t
+	case json.Number:
+		s = t.String()
+	case bool:
+		s = strconv.FormatBool(t)
+	default:
+		return "", fmt.Errorf("is used in the action's inputs: want a string, a number or true/false")
+	}
+	if strings.ContainsAny(s, "\r\n\x00") || strings.Contains(s, "${") {
+		return "", fmt.Errorf("is used in the action's inputs: a line break, NUL or \"${\" is not allowed")
+	}
+	return s, nil
+}
+
+// Expand returns the spec a call of the action runs: the definition's
+// template with the call's params (checked here), the call's queue,
+// run_id, idempotency_key and principal, prepared against p. call is a
+// prepared call (tasks.Spec.Prepare) of this action.
+func (d *Definition) Expand(call *tasks.Spec, p limits.Policy) (*tasks.Spec, error) {
+	if call.Action != d.Name {
+		return nil, &tasks.FieldError{Field: "action", Msg: fmt.Sprintf("%q is not %q", call.Action, d.Name)}
+	}
+	canon, vals, err := d.CheckParams(call.Params)
+	if err != nil {
+		return nil, err
+	}
+	s, err := d.expand(vals, canon)
+	if err != nil {
+		return nil, err
+	}
+	s.Action, s.Queue, s.RunID, s.IdempotencyKey, s.Principal = d.Name, call.Queue, call.RunID, call.IdempotencyKey, call.Principal
+	if err := s.PrepareExpanded(p); err != nil {
+		return nil, fmt.Errorf("action %s's definition: %w", d.Name, err)
+	}
+	return s, nil
+}
+
+// expand decodes a fresh copy of the template and puts vals in its
+// inputs and params in its ParamsFile.
+func (d *Definition) expand(vals map[string]string, params []byte) (*tasks.Spec, error) {
+	s, err := tasks.Decode(d.spec)
+	if err != nil {
+		return nil, err
+	}
+	if s.Files == nil {
+		s.Files = map[string]tasks.File{}
+	}
+	s.Files[ParamsFile] = tasks.File(params)
+	for i := range s.Inputs {
+		in := &s.Inputs[i]
+		// Escaped as a query value, with spaces as %20: the same in a path
+		// and a query, and no '/', '?', '#', '&' or '@' of the caller's
+		// ever reads as the URL's structure.
+		in.URL = tasks.ExpandParams(in.URL, func(n string) string {
+			return strings.ReplaceAll(url.QueryEscape(vals[n]), "+", "%20")
+		})
+		for k, v := range in.Headers {
+			in.Headers[k] = tasks.ExpandParams(v, func(n string) string { return vals[n] })
+		}
+	}
+	return s, nil
+}
