@@ -165,3 +165,49 @@ func TestLoadDir(t *testing.T) {
 		t.Errorf("bad file: %v", err)
 	}
 }
+
+// TestExpandKeepsStructure: params that would form a secret reference in
+// a header with the definition's text or another param, or make a path
+// segment empty, "." or "..", are refused (the attacker review's two
+// breaks); a "." inside a segment is data.
+func TestExpandKeepsStructure(t *testing.T) {
+	d, err := parse(t, `
+params:
+  type: object
+  properties: {a: {type: string}, b: {type: string}, id: {type: string}}
+  required: [a, b, id]
+spec:
+  secrets: [TOKEN]
+  inputs:
+    - url: "https://partner.example/v1/users/${param:id}/delete?x=${param:a}"
+      path: in/x
+      headers: {Authorization: "Bearer ${secret:TOKEN}", X-Two: "${param:a}${param:b}", X-Lit: "$${param:b}"}
+  steps: [{run: ['true']}]
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ params, field string }{
+		{`{"a": "$", "b": "{secret:TOKEN}", "id": "1"}`, "params"},
+		{`{"a": "x", "b": "{secret:TOKEN}", "id": "1"}`, "params"},
+		{`{"a": "x", "b": "y", "id": ".."}`, "params.id"},
+		{`{"a": "x", "b": "y", "id": "."}`, "params.id"},
+		{`{"a": "x", "b": "y", "id": ""}`, "params.id"},
+	} {
+		_, err := d.Expand(call(c.params), limits.DefaultPolicy())
+		var fe *tasks.FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%s: got %v, want an error on %s", c.params, err, c.field)
+		}
+	}
+	s, err := d.Expand(call(`{"a": "a.b", "b": "c", "id": "..x"}`), limits.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Inputs[0].URL; got != "https://partner.example/v1/users/..x/delete?x=a.b" {
+		t.Errorf("url %q", got)
+	}
+	if got := s.Inputs[0].Headers["X-Two"]; got != "a.bc" {
+		t.Errorf("X-Two %q", got)
+	}
+}

@@ -279,12 +279,49 @@ func (d *Definition) expand(vals map[string]string, params []byte) (*tasks.Spec,
 		// Escaped as a query value, with spaces as %20: the same in a path
 		// and a query, and no '/', '?', '#', '&' or '@' of the caller's
 		// ever reads as the URL's structure.
-		in.URL = tasks.ExpandParams(in.URL, func(n string) string {
+		tmpl := in.URL
+		in.URL = tasks.ExpandParams(tmpl, func(n string) string {
 			return strings.ReplaceAll(url.QueryEscape(vals[n]), "+", "%20")
 		})
+		if err := checkSegments(tmpl, in.URL); err != nil {
+			return nil, err
+		}
 		for k, v := range in.Headers {
-			in.Headers[k] = tasks.ExpandParams(v, func(n string) string { return vals[n] })
+			out := tasks.ExpandParams(v, func(n string) string { return vals[n] })
+			// The worker expands ${secret:NAME} in headers after this: params
+			// must not form a reference of their own ("$" + "{secret:X}").
+			if !slices.Equal(tasks.SecretRefs(out), tasks.SecretRefs(v)) || strings.Count(out, "${") != strings.Count(v, "${")-len(tasks.ParamRefs(v)) {
+				return nil, &tasks.FieldError{Field: "params", Msg: fmt.Sprintf("would form a secret reference in the action's input header %s", k),
+					Hint: `a parameter's "$", "{" and "}" may not make "${" with the definition's text or another parameter`}
+			}
+			in.Headers[k] = out
 		}
 	}
 	return s, nil
+}
+
+// checkSegments refuses params that make a path segment of an input's URL
+// empty, "." or "..": escaping keeps a parameter from adding a '/', but a
+// segment that is all parameter could still climb out of the path the
+// definition wrote (/api/${param:id}/delete with id "..").
+func checkSegments(tmpl, expanded string) error {
+	path := func(u string) []string {
+		_, rest, _ := strings.Cut(u, "://")
+		_, p, _ := strings.Cut(rest, "/")
+		p, _, _ = strings.Cut(p, "?")
+		p, _, _ = strings.Cut(p, "#")
+		return strings.Split(p, "/")
+	}
+	ts, es := path(tmpl), path(expanded)
+	if len(ts) != len(es) {
+		return &tasks.FieldError{Field: "params", Msg: "would change the path of the action's input URL"}
+	}
+	for i, seg := range es {
+		refs := tasks.ParamRefs(ts[i])
+		if len(refs) > 0 && (seg == "" || seg == "." || seg == "..") {
+			return &tasks.FieldError{Field: "params." + refs[0], Msg: fmt.Sprintf("would make a path segment of the action's input URL %q", seg),
+				Hint: `a parameter that fills a path segment may not be empty, "." or ".."`}
+		}
+	}
+	return nil
 }

@@ -3,7 +3,6 @@ package actions
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +34,9 @@ func Publish(ctx context.Context, rdb redis.UniversalClient, prefix string, queu
 	if err != nil {
 		return fmt.Errorf("actions: encoding the catalog: %w", err)
 	}
+	if len(b) > maxPublished {
+		return fmt.Errorf("actions: the catalog is %d bytes encoded, more than callers read (%d): define fewer or smaller actions", len(b), maxPublished)
+	}
 	_, err = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, q := range queues {
 			pipe.Set(ctx, Key(prefix, q), b, 0)
@@ -51,19 +53,17 @@ func Publish(ctx context.Context, rdb redis.UniversalClient, prefix string, queu
 // error) when no worker published one.
 func Load(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) ([]Info, bool, error) {
 	key := Key(prefix, queue)
-	n, err := rdb.StrLen(ctx, key).Result()
+	// GETRANGE bounds the read; a missing key reads as "", which no
+	// worker publishes (an empty catalog is "[]").
+	b, err := rdb.GetRange(ctx, key, 0, maxPublished).Bytes()
 	if err != nil {
 		return nil, false, fmt.Errorf("actions: loading the catalog of queue %q: %w", queue, err)
 	}
-	if n > maxPublished {
-		return nil, false, fmt.Errorf("actions: key %s holds %d bytes, more than a catalog (delete it, then restart the queue's workers)", key, n)
-	}
-	b, err := rdb.Get(ctx, key).Bytes()
-	if errors.Is(err, redis.Nil) {
+	if len(b) == 0 {
 		return nil, false, nil
 	}
-	if err != nil {
-		return nil, false, fmt.Errorf("actions: loading the catalog of queue %q: %w", queue, err)
+	if len(b) > maxPublished {
+		return nil, false, fmt.Errorf("actions: key %s holds more than %d bytes, more than a catalog (delete it, then restart the queue's workers)", key, maxPublished)
 	}
 	var infos []Info
 	if err := json.Unmarshal(b, &infos); err != nil {

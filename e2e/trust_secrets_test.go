@@ -73,9 +73,13 @@ func TestSecretNotGrantedToQueue(t *testing.T) {
 	if strings.Contains(rec.Error, "AIRLOCK_SECRET_") {
 		t.Errorf("the value was looked for: %s", rec.Error)
 	}
-	// Naming the granted queue in a task put on this one borrows nothing.
+	// Naming the granted queue in a task put on this one borrows nothing:
+	// the queue is the one the task was taken from.
 	rec = b.runRaw(strings.Replace(spec, `"queue": "`+b.queue+`"`, `"queue": "some-other-queue"`, 1))
-	refused(t, rec, `the spec names queue "some-other-queue" but was taken from queue "`+b.queue+`"`)
+	refused(t, rec, "secret PARTNER_TOKEN: not granted to queue "+fmt.Sprintf("%q", b.queue))
+	if rec.Queue != b.queue {
+		t.Errorf("the record's queue is %q, the spec's claim; want the task's, %q", rec.Queue, b.queue)
+	}
 	// The client sees the published grants and refuses first.
 	_, err := b.client.Enqueue(context.Background(), b.spec(spec))
 	var fe *tasks.FieldError

@@ -33,16 +33,10 @@ func grantedTo(spec *tasks.Spec) string {
 // checkGrants checks the run's use of secrets against the risk policy's
 // grants (fail closed: a secret without a grant is usable by nothing),
 // before any value is read and any step runs. Hosts are checked again on
-// each input's URL as it is fetched (fetchGrant). taskQueue is the queue
-// the task was taken from: a spec that declares secrets must name it
-// (Client.Enqueue always does), or a raw enqueuer of one queue could
-// borrow the grants of another by naming it.
-func (w *Worker) checkGrants(spec *tasks.Spec, taskQueue string) error {
-	if len(spec.Secrets) > 0 && taskQueue != spec.Queue {
-		return fmt.Errorf("secret refused: %w", &tasks.FieldError{Field: "queue",
-			Msg:  fmt.Sprintf("the spec names queue %q but was taken from queue %q: secrets are granted by queue, so a spec that declares secrets must run on the queue it names", spec.Queue, taskQueue),
-			Hint: tasks.GrantsHint})
-	}
+// each input's URL as it is fetched (fetchGrant). The spec's queue is the
+// one the task was taken from (carryOut sets it), so that a raw enqueuer
+// of one queue cannot borrow the grants of another by naming it.
+func (w *Worker) checkGrants(spec *tasks.Spec) error {
 	err := spec.CheckGrants(func(n string) (policy.Grant, bool) { return w.grantFor(spec, n) }, grantedTo(spec))
 	if err != nil {
 		return fmt.Errorf("secret refused: %w", err)

@@ -48,21 +48,11 @@ func TestCheckGrants(t *testing.T) {
 			w := &Worker{log: zerolog.Nop(), cfg: Config{RiskPolicy: risk}}
 			sp := spec(t, tt.spec)
 			sp.Queue, sp.Action = tt.queue, tt.action
-			err := w.checkGrants(sp, tt.queue)
+			err := w.checkGrants(sp)
 			if got := errText(err); got != tt.want {
 				t.Errorf("checkGrants:\n got %s\nwant %s", got, tt.want)
 			}
 		})
-	}
-	// A spec taken from another queue than the one it names borrows no
-	// grant of the queue it names.
-	w0 := &Worker{log: zerolog.Nop(), cfg: Config{RiskPolicy: p}}
-	sp0 := spec(t, `{"version": 1, "queue": "reports", "secrets": ["ENV_KEY"], "steps": [{"run": ["true"]}]}`)
-	if err := w0.checkGrants(sp0, "default"); err == nil || !strings.Contains(err.Error(), `the spec names queue "reports" but was taken from queue "default"`) {
-		t.Errorf("checkGrants from another queue: %v", err)
-	}
-	if err := w0.checkGrants(sp0, "reports"); err != nil {
-		t.Errorf("checkGrants from its queue: %v", err)
 	}
 	// At fetch time, on the URL the request goes to.
 	w := &Worker{log: zerolog.Nop(), cfg: Config{RiskPolicy: p}}

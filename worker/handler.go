@@ -68,14 +68,19 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictError, "spec rejected: "+err.Error()
 		return outcome{}
 	}
+	// The queue is a fact: the one the task was taken from, whatever its
+	// spec says (a raw enqueuer could name another queue, and borrow its
+	// policy rules and secret grants).
+	if q, ok := asynq.GetQueueName(ctx); ok && q != "" {
+		spec.Queue = q
+	}
 	rec.Action, rec.ActionDigest = spec.Action, digest
 	rec.RunID, rec.Queue, rec.MaxRetry, rec.Limits = spec.RunID, spec.Queue, *spec.MaxRetry, spec.Limits
 	rec.Principal = spec.Principal
 	rec.KeptOutput = &record.KeptOutput{MaxBytes: int64(spec.MaxRecordBytes)}
 	w.log.Info().Str("task_id", rec.TaskID).Int("attempt", rec.Attempt).Str("run_id", spec.RunID).
 		Str("queue", spec.Queue).Int("steps", len(spec.Steps)).Int("inputs", len(spec.Inputs)).Msg("task start")
-	taskQueue, _ := asynq.GetQueueName(ctx)
-	if err := w.checkGrants(spec, taskQueue); err != nil {
+	if err := w.checkGrants(spec); err != nil {
 		// Before any value is read: the error names the secret and the grant it lacks.
 		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictError, err.Error()
 		return outcome{}

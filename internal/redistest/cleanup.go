@@ -8,6 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/internal/queuepolicy"
 	"github.com/airlock-run/airlock/internal/redisconn"
 )
@@ -15,7 +16,7 @@ import (
 // deleteQueue removes what a test left of queue q: the asynq queue (force,
 // which fails while a task is active), the keys asynq.Inspector.DeleteQueue
 // leaves behind (completed tasks, daily counters: all under "asynq:{q}:"),
-// and the queue's published policy and grants.
+// and the queue's published policy, grants and actions' catalog.
 func deleteQueue(url, q string) error {
 	c, _, err := redisconn.Open(url)
 	if err != nil {
@@ -29,7 +30,7 @@ func deleteQueue(url, q string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.Del(ctx, queuepolicy.Key("", q), queuepolicy.GrantsKey("", q)).Err(); err != nil {
+	if err := c.Del(ctx, queuepolicy.Key("", q), queuepolicy.GrantsKey("", q), actions.Key("", q)).Err(); err != nil {
 		return fmt.Errorf("deleting the queue's policy: %w", err)
 	}
 	if err := DeleteMatching(ctx, c, "asynq:{"+q+"}:*"); err != nil {

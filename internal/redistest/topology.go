@@ -46,7 +46,7 @@ var ACLCommands = []string{
 	"+command", "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+cluster|info",
 	// asynq (most inside its Lua scripts) and Airlock's own keys
 	"+eval", "+evalsha",
-	"+get", "+set", "+setex", "+incr", "+del", "+exists", "+expire", "+expireat", "+pexpire", "+ttl", "+pttl",
+	"+get", "+getrange", "+set", "+setex", "+incr", "+del", "+exists", "+expire", "+expireat", "+pexpire", "+ttl", "+pttl",
 	"+hset", "+hget", "+hgetall", "+hmget", "+hdel",
 	"+lpush", "+lrange", "+llen", "+lrem", "+rpoplpush", "+lmove",
 	"+sadd", "+srem", "+smembers", "+sismember", "+scard",
