@@ -86,7 +86,7 @@ type Info struct {
 // Definition is one action of a catalog.
 type Definition struct {
 	Info
-	spec   []byte           // the spec template, JSON
+	spec   *tasks.Spec      // the spec template, decoded once; expand clones it
 	params *contract.Schema // compiled Info.Params
 	// refs are the params the definition's inputs use (${param:NAME}).
 	refs []string

@@ -49,7 +49,7 @@ func (d *Definition) setSpec(raw json.RawMessage, p limits.Policy) error {
 	if err := d.checkRefs(tmpl); err != nil {
 		return err
 	}
-	d.spec = full
+	d.spec = tmpl
 	// Expanded with placeholder params, the template must prepare against
 	// the worker's limits: a definition that asks more than they allow is
 	// refused at load, not at each call.
@@ -263,13 +263,10 @@ func (d *Definition) Expand(call *tasks.Spec, p limits.Policy) (*tasks.Spec, err
 	return s, nil
 }
 
-// expand decodes a fresh copy of the template and puts vals in its
-// inputs and params in its ParamsFile.
+// expand returns a copy of the template with vals in its inputs and
+// params in its ParamsFile.
 func (d *Definition) expand(vals map[string]string, params []byte) (*tasks.Spec, error) {
-	s, err := tasks.Decode(d.spec)
-	if err != nil {
-		return nil, err
-	}
+	s := d.spec.Clone()
 	if s.Files == nil {
 		s.Files = map[string]tasks.File{}
 	}

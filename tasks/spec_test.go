@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -761,5 +762,47 @@ func TestIsInvalid(t *testing.T) {
 	wrapped := fmt.Errorf("enqueue: %w", &tasks.FieldError{Field: "queue", Msg: "bad"})
 	if !tasks.IsInvalid(wrapped) {
 		t.Error("IsInvalid(wrapped FieldError) = false")
+	}
+}
+
+// TestClone: a clone prepared and changed everywhere leaves the original
+// as it was.
+func TestClone(t *testing.T) {
+	orig, err := tasks.Decode([]byte(`{"version": 1, "max_retry": 2, "secrets": ["A_B"], "files": {"a": "x"},
+		"inputs": [{"url": "https://e.com/", "path": "in/x", "headers": {"H": "v"}}],
+		"steps": [{"run": ["sh", "-c", "true"], "env": {"E": "1"}}], "output": {"result": "r.json", "artifacts": ["out/*"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.Marshal(orig)
+	c := orig.Clone()
+	if err := c.Prepare(limits.DefaultPolicy()); err != nil {
+		t.Fatal(err)
+	}
+	c.Files["b"] = "y"
+	c.Secrets[0] = "X"
+	*c.MaxRetry = 9
+	c.Inputs[0].Headers["H"] = "w"
+	c.Steps[0].Run[0] = "bash"
+	c.Steps[0].Env["E"] = "2"
+	c.Output.Artifacts[0] = "x"
+	if got, _ := json.Marshal(orig); string(got) != string(want) {
+		t.Errorf("the original changed:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestCloneCoversEveryField: a field of Spec that holds a reference
+// (map, slice, pointer) must be copied by Clone; add it there, then here.
+func TestCloneCoversEveryField(t *testing.T) {
+	copied := []string{"Files", "Secrets", "Params", "MaxRetry", "Inputs", "Steps", "Output"}
+	typ := reflect.TypeOf(tasks.Spec{})
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		switch f.Type.Kind() {
+		case reflect.Map, reflect.Slice, reflect.Pointer:
+			if !slices.Contains(copied, f.Name) {
+				t.Errorf("Spec.%s holds a reference Clone does not copy", f.Name)
+			}
+		}
 	}
 }
