@@ -54,7 +54,7 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) *Client {
 // ("redis://[user:password@]host:port/db", rediss:// for TLS, with
 // tls_ca=, tls_cert=, tls_key=, tls_server_name= options), Sentinel
 // ("redis+sentinel://host:port,host:port/master[/db]") or Cluster
-// ("redis+cluster://host:port,host:port"); README, "Redis". It does not
+// ("redis+cluster://host:port,host:port"); see docs/redis.md. It does not
 // connect: the first call does.
 func Dial(redisURL string, opts ClientOptions) (*Client, error) {
 	rdb, _, err := redisconn.Open(redisURL)

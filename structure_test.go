@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -12,7 +13,9 @@ import (
 // spec, the record and its types, the approval store, the CLIs that talk
 // to Redis) builds on every platform and never imports what runs steps,
 // which is Linux-only. A portable package that starts importing a
-// Linux-only one fails here, for darwin and windows.
+// Linux-only one fails here, for darwin and windows; on Linux too, unless
+// the import is one of linuxEdges (contract reading workspaces through
+// tmpfs).
 
 // portable are the packages a backend (or an approver's laptop) may build.
 var portable = []string{
@@ -22,9 +25,19 @@ var portable = []string{
 	"./internal/mcpserver", "./cmd/mcp",
 }
 
-// linuxOnly are the packages that confine steps.
+// linuxOnly are the packages that confine steps or mount their workspaces.
 var linuxOnly = []string{
-	"internal/sandbox", "internal/cgroup", "internal/collect", "tmpfs", "worker", "bench",
+	"internal/sandbox", "internal/cgroup", "tmpfs", "worker", "internal/bench",
+}
+
+// linuxEdges are the only imports of a Linux-only package by a portable one,
+// and they exist on Linux only: contract owns the output contract, down to
+// reading a run's result and collecting its artifacts, which it does through
+// tmpfs in its _linux.go files. On darwin and windows those files do not
+// build, so contract, like every portable package, imports nothing Linux-only
+// there; on Linux, a portable package reaches tmpfs through contract alone.
+var linuxEdges = map[string][]string{
+	"contract": {"tmpfs"},
 }
 
 const module = "github.com/airlock-run/airlock/"
@@ -39,6 +52,7 @@ var leaves = map[string][]string{
 
 type listed struct {
 	ImportPath string
+	Imports    []string
 	Deps       []string
 	Error      *struct{ Err string }
 	DepsErrors []*struct{ Err string }
@@ -46,10 +60,16 @@ type listed struct {
 
 func goList(t *testing.T, goos string, pkgs ...string) []listed {
 	t.Helper()
+	return goListArgs(t, goos, append([]string{"-deps=false", "-json=ImportPath,Deps,Error,DepsErrors"}, pkgs...)...)
+}
+
+// goListArgs runs go list -e with args for goos.
+func goListArgs(t *testing.T, goos string, args ...string) []listed {
+	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command")
 	}
-	cmd := exec.Command("go", append([]string{"list", "-e", "-deps=false", "-json=ImportPath,Deps,Error,DepsErrors"}, pkgs...)...)
+	cmd := exec.Command("go", append([]string{"list", "-e"}, args...)...)
 	cmd.Env = append(os.Environ(), "GOOS="+goos, "CGO_ENABLED=0")
 	out, err := cmd.Output()
 	if err != nil {
@@ -68,7 +88,7 @@ func goList(t *testing.T, goos string, pkgs ...string) []listed {
 }
 
 func TestPortablePackagesImportNoLinuxOnlyPackage(t *testing.T) {
-	for _, goos := range []string{"darwin", "windows", "linux"} {
+	for _, goos := range []string{"darwin", "windows"} {
 		for _, p := range goList(t, goos, portable...) {
 			if p.Error != nil {
 				t.Errorf("GOOS=%s %s: %s", goos, p.ImportPath, p.Error.Err)
@@ -87,6 +107,71 @@ func TestPortablePackagesImportNoLinuxOnlyPackage(t *testing.T) {
 	}
 }
 
+// On Linux, the import graph of the portable packages, less linuxEdges,
+// reaches no Linux-only package: contract's collection may import tmpfs, and
+// nothing else portable may import it, or anything Linux-only, by any path.
+func TestPortablePackagesReachLinuxOnlyPackagesOnlyThroughContract(t *testing.T) {
+	pkgs := goListArgs(t, "linux", append([]string{"-deps", "-json=ImportPath,Imports,Error,DepsErrors"}, portable...)...)
+	imports := map[string][]string{}
+	for _, p := range pkgs {
+		if p.Error != nil {
+			t.Errorf("GOOS=linux %s: %s", p.ImportPath, p.Error.Err)
+		}
+		imports[p.ImportPath] = p.Imports
+	}
+	allowed := map[[2]string]bool{}
+	for from, tos := range linuxEdges {
+		for _, to := range tos {
+			allowed[[2]string{module + from, module + to}] = true
+		}
+	}
+	bad := map[string]bool{}
+	for _, l := range linuxOnly {
+		bad[module+l] = true
+	}
+	// Walk from every portable package, remembering how each package was
+	// reached, to name the path of an import that is not allowed.
+	via := map[string]string{}
+	var queue []string
+	for _, p := range goList(t, "linux", portable...) {
+		if _, seen := via[p.ImportPath]; !seen {
+			via[p.ImportPath] = ""
+			queue = append(queue, p.ImportPath)
+		}
+	}
+	if len(queue) != len(portable) {
+		t.Fatalf("go list named %d packages for the %d portable ones", len(queue), len(portable))
+	}
+	for len(queue) > 0 {
+		from := queue[0]
+		queue = queue[1:]
+		for _, to := range imports[from] {
+			if allowed[[2]string{from, to}] {
+				continue
+			}
+			if _, seen := via[to]; seen {
+				continue
+			}
+			via[to] = from
+			if bad[to] {
+				chain := []string{to}
+				for p := from; p != ""; p = via[p] {
+					chain = append([]string{p}, chain...)
+				}
+				t.Errorf("GOOS=linux: portable %s imports Linux-only %s: %s", chain[0], to, strings.Join(chain, " -> "))
+				continue
+			}
+			queue = append(queue, to)
+		}
+	}
+	// The allowed edges exist, or they should go from linuxEdges.
+	for e := range allowed {
+		if !slices.Contains(imports[e[0]], e[1]) {
+			t.Errorf("GOOS=linux: %s does not import %s; drop it from linuxEdges", e[0], e[1])
+		}
+	}
+}
+
 func TestLeavesImportNoRedisOrKernel(t *testing.T) {
 	for pkg, banned := range leaves {
 		for _, p := range goList(t, "linux", pkg) {
@@ -97,6 +182,39 @@ func TestLeavesImportNoRedisOrKernel(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// The production worker (go build -tags airlock_nodev ./cmd/worker, as
+// the Dockerfile builds it) links nothing of dev mode: no example, no
+// embedded Redis. Without the tag, `go run ./cmd/worker -dev` has both.
+func TestProductionWorkerLinksNoDevMode(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	devOnly := func(dep string) bool {
+		return strings.HasPrefix(dep, module+"examples/") || dep == module+"internal/devredis" ||
+			strings.HasPrefix(dep, "github.com/alicebob/miniredis")
+	}
+	for _, tags := range []string{"airlock_nodev", ""} {
+		cmd := exec.Command("go", "list", "-deps", "-tags", tags, "./cmd/worker")
+		cmd.Env = append(os.Environ(), "GOOS=linux", "CGO_ENABLED=0")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps -tags %q ./cmd/worker: %v", tags, err)
+		}
+		var dev []string
+		for _, dep := range strings.Fields(string(out)) {
+			if devOnly(dep) {
+				dev = append(dev, dep)
+			}
+		}
+		switch {
+		case tags != "" && len(dev) > 0:
+			t.Errorf("the production worker (-tags %s) links dev mode: %s", tags, strings.Join(dev, ", "))
+		case tags == "" && !slices.Contains(dev, module+"examples/csv-report"):
+			t.Errorf("the default worker build lacks dev mode's demo (go run ./cmd/worker -dev): dev packages %v", dev)
 		}
 	}
 }

@@ -225,7 +225,7 @@ return t
 
 // releaseScript gives an approval's counted bytes back, once.
 // KEYS: the pending hash. ARGV: id. It uses only the commands of the ACL
-// the README lists.
+// docs/redis.md lists.
 var releaseScript = redis.NewScript(`
 local n = redis.call('HGET', KEYS[1], ARGV[1])
 if not n then return 0 end

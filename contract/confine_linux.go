@@ -4,33 +4,25 @@ package contract
 // seccomp allow-list.
 
 import (
+	"errors"
 	"fmt"
-	"sync"
-	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
-	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
-)
 
-var landlockOnce = sync.OnceValue(func() int {
-	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
-	if errno != 0 {
-		return 0
-	}
-	return int(abi)
-})
+	"github.com/airlock-run/airlock/internal/confine"
+)
 
 // landlockABI returns the kernel's Landlock ABI version, 0 without one.
-func landlockABI() int { return landlockOnce() }
+func landlockABI() int {
+	abi, _ := confine.LandlockABI()
+	return abi
+}
 
-// Landlock rights.
-const (
-	llExecRead = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE
-	llAllFS1   = 0x1FFF // ABI 1: EXECUTE .. MAKE_SYM
-)
+// llExecRead are the rights the child has on its binary and libraries.
+const llExecRead = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE
 
 // childLibraries are where the dynamic loader finds what this binary
 // links (when it is not static); the child may read and execute beneath
@@ -45,51 +37,31 @@ func restrictSelf() error {
 	if abi < 1 {
 		return fmt.Errorf("the kernel has no Landlock")
 	}
-	fs := uint64(llAllFS1)
-	if abi >= 2 {
-		fs |= unix.LANDLOCK_ACCESS_FS_REFER
-	}
-	if abi >= 3 {
-		fs |= unix.LANDLOCK_ACCESS_FS_TRUNCATE
-	}
-	if abi >= 5 {
-		fs |= unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
-	}
-	attr := unix.LandlockRulesetAttr{Handled_access_fs: fs}
-	size := unsafe.Offsetof(attr.Handled_access_net)
+	var net, scoped uint64
 	if abi >= 4 {
-		attr.Handled_access_net = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
-		size = unsafe.Offsetof(attr.Scoped)
+		net = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
 	}
 	if abi >= 6 {
-		attr.Scoped = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | unix.LANDLOCK_SCOPE_SIGNAL
-		size = unsafe.Offsetof(attr.Quiet_access_fs)
+		scoped = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | unix.LANDLOCK_SCOPE_SIGNAL
 	}
-	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
-	if errno != 0 {
-		return fmt.Errorf("create ruleset: %w", errno)
+	rs, err := confine.NewRuleset(abi, confine.HandledFS(abi), net, scoped)
+	if err != nil {
+		return fmt.Errorf("create ruleset: %w", err)
 	}
-	defer unix.Close(int(fd))
+	defer rs.Close()
 	for _, p := range append([]string{"/proc/self/exe"}, childLibraries...) {
-		pfd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
-		if err != nil {
-			if p == "/proc/self/exe" {
-				return fmt.Errorf("open %s: %w", p, err)
+		if err := rs.AllowPath(p, llExecRead); err != nil {
+			if p != "/proc/self/exe" && errors.Is(err, unix.ENOENT) {
+				continue // absent on this system
 			}
-			continue // absent on this system
-		}
-		rule := unix.LandlockPathBeneathAttr{Allowed_access: llExecRead, Parent_fd: int32(pfd)}
-		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, fd, unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&rule)), 0, 0, 0)
-		unix.Close(pfd)
-		if errno != 0 {
-			return fmt.Errorf("add rule %s: %w", p, errno)
+			return fmt.Errorf("add rule %s: %w", p, err)
 		}
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
-	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); errno != 0 {
-		return fmt.Errorf("restrict self: %w", errno)
+	if err := rs.RestrictSelf(); err != nil {
+		return fmt.Errorf("restrict self: %w", err)
 	}
 	return nil
 }
@@ -114,26 +86,12 @@ var childCalls = []string{
 // ENOSYS (Go starts threads with clone). A call of another ABI (i386's int
 // 0x80, x32) kills the process.
 func installChildSeccomp() error {
-	info, err := arch.GetInfo("")
+	guard, info, err := confine.ArchGuard()
 	if err != nil {
 		return fmt.Errorf("seccomp: %w", err)
 	}
-	const (
-		nrOffset   = 0  // seccomp_data.nr
-		archOffset = 4  // seccomp_data.arch
-		argsOffset = 16 // seccomp_data.args, 8 bytes each
-	)
-	lowWord := uint32(0)
-	if cpu.IsBigEndian {
-		lowWord = 4
-	}
 	allow := bpf.RetConstant{Val: uint32(seccomp.ActionAllow)}
-	prog := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: archOffset, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: uint32(seccomp.ActionKillProcess)},
-		bpf.LoadAbsolute{Off: nrOffset, Size: 4},
-	}
+	prog := append(guard, bpf.LoadAbsolute{Off: confine.NrOffset, Size: 4})
 	if info.ID == arch.X86_64.ID {
 		prog = append(prog,
 			bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: uint32(arch.X32.SeccompMask), SkipFalse: 1},
@@ -151,7 +109,7 @@ func installChildSeccomp() error {
 	if nr, ok := info.SyscallNames["clone"]; ok {
 		// clone's flags are its first argument on x86-64 and arm64.
 		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 3},
-			bpf.LoadAbsolute{Off: argsOffset + lowWord, Size: 4},
+			bpf.LoadAbsolute{Off: confine.ArgLow(0), Size: 4},
 			bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.CLONE_THREAD, SkipFalse: 1}, allow)
 	}
 	prog = append(prog, bpf.RetConstant{Val: uint32(seccomp.ActionErrno) | uint32(unix.EPERM)})
@@ -159,16 +117,11 @@ func installChildSeccomp() error {
 	if err != nil {
 		return fmt.Errorf("seccomp: %w", err)
 	}
-	filter := make([]unix.SockFilter, len(raw))
-	for i, ins := range raw {
-		filter[i] = unix.SockFilter{Code: ins.Op, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
-	}
-	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
-	if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog))); errno != 0 {
-		return fmt.Errorf("seccomp: %w", errno)
+	if err := confine.LoadFilter(raw, true); err != nil {
+		return fmt.Errorf("seccomp: %w", err)
 	}
 	return nil
 }

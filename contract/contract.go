@@ -1,13 +1,35 @@
-// Package contract checks what a run produced against its spec's output
-// contract (tasks.Output): the result file, read from the workspace without
-// following links and parsed as JSON, is validated against the spec's JSON
-// Schema, and the artifact files named by its globs are collected with their
-// size, SHA-256 and content type, for the approval queue.
+// Package contract owns a spec's output contract (tasks.Output), from the
+// spec to the approval queue, in this order:
 //
-// Everything in a workspace was written by untrusted code. The reads of this
-// package go through tmpfs.Workspace, so they never follow a symbolic link,
-// never block on a FIFO and never read without a bound; what is not a regular
-// file is refused and reported, never read.
+//   - Schema checks at enqueue: CheckSchema (the spec's output.schema),
+//     CheckGlob (its output.artifacts) and CheckDuplicateKeys (a spec, or a
+//     result, with a key twice in one object), called by package tasks
+//     when it decodes a spec, so that a bad contract is refused before it
+//     is queued.
+//   - Compile: a JSON Schema, bounded before gojsonschema sees it (its
+//     shape, its regular expressions, its $ref and combinator graph) and
+//     cached by content (schema.go, shape.go, regex.go, refs.go).
+//   - The cost model: an upper bound on a validation's work, estimated from
+//     the compiled schema and the document before validating (cost.go,
+//     scan.go).
+//   - Validation: Checker.Check validates a result in the worker when it is
+//     cheap and in a confined child process otherwise (validate.go; on
+//     Linux, child_linux.go and confine_linux.go: namespaces, Landlock,
+//     rlimits, seccomp, the task's deadline).
+//   - Reading the result: ReadResult reads the spec's output.result from
+//     the run's workspace and checks that it is one JSON value with no key
+//     twice (result_linux.go).
+//   - Collecting artifacts: CollectArtifacts finds the files that the
+//     spec's artifact globs match and reads them, with their size, SHA-256
+//     and content type, for the approval queue (collect_linux.go).
+//
+// Everything in a workspace was written by untrusted code. ReadResult and
+// CollectArtifacts read it through tmpfs.Workspace, so they never follow a
+// symbolic link, never block on a FIFO and never read without a bound; what
+// is not a regular file is refused and reported, never read. They, the
+// validation child and tmpfs build on Linux only, where the worker runs;
+// the rest of the package (what a client or a backend checks at enqueue)
+// builds on every platform.
 package contract
 
 import (

@@ -31,10 +31,10 @@ func CheckGlob(g string) error {
 	return nil
 }
 
-// GlobDir returns the directory below which the files matching g are: its
+// globDir returns the directory below which the files matching g are: its
 // leading components that hold no pattern character, or "." when the first
-// one does.
-func GlobDir(g string) string {
+// one does. CollectArtifacts lists it.
+func globDir(g string) string {
 	comps := strings.Split(g, "/")
 	n := 0
 	for n < len(comps)-1 && !strings.ContainsAny(comps[n], `*?[\`) {

@@ -210,7 +210,7 @@ func flowOn(t *testing.T, b *bundle, store string) {
 }
 
 // logCommandStats logs the commands the flow sent to url's servers, the
-// list README's "Managed Redis" gives.
+// list docs/redis.md's "Managed Redis" gives.
 func logCommandStats(t *testing.T, url string) {
 	rdb, _, err := redisconn.Open(url)
 	if err != nil {

@@ -8,40 +8,19 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 )
 
-// Approval is an approval as GET /v1/approvals/{id} shows it (and as
-// `approve show -json` prints it): its result as JSON when it is valid
-// JSON, as a string otherwise, and who asked for the run (its principal,
-// also in run.principal).
-type Approval struct {
-	*approve.Approval
-	Result    any    `json:"result,omitempty"`
-	Principal string `json:"principal,omitempty"`
-}
+// Approval is an approval as GET /v1/approvals/{id} shows it: the view
+// `approve show -json` prints too.
+type Approval = approve.View
 
-// ApprovalSummary is an approval as GET /v1/approvals lists it (and as
-// `approve list -json` prints it).
-type ApprovalSummary struct {
-	ID         string        `json:"id"`
-	TaskID     string        `json:"task_id"`
-	RunID      string        `json:"run_id"`
-	Queue      string        `json:"queue"`
-	State      approve.State `json:"state"`
-	CreatedAt  time.Time     `json:"created_at"`
-	ExpiresAt  time.Time     `json:"expires_at,omitzero"`
-	Reasons    []string      `json:"reasons"`
-	Principal  string        `json:"principal,omitempty"`
-	DecidedBy  string        `json:"decided_by,omitempty"`
-	ByNote     string        `json:"by_note,omitempty"`
-	DecidedAt  time.Time     `json:"decided_at,omitzero"`
-	PromotedAt time.Time     `json:"promoted_at,omitzero"`
-}
+// ApprovalSummary is an approval as GET /v1/approvals lists it: the
+// summary `approve list -json` prints too.
+type ApprovalSummary = approve.Summary
 
 // ApprovalList is the answer to GET /v1/approvals.
 type ApprovalList struct {
@@ -65,28 +44,6 @@ const (
 	// maxByNote bounds a decision's by, kept as a display note.
 	maxByNote = 256
 )
-
-func showApproval(a *approve.Approval) Approval {
-	if a.Artifacts == nil {
-		c := *a
-		c.Artifacts = []record.Artifact{}
-		a = &c
-	}
-	j := Approval{Approval: a, Principal: a.Run.Principal}
-	if len(a.Result) > 0 {
-		if json.Valid(a.Result) {
-			j.Result = json.RawMessage(a.Result)
-		} else {
-			j.Result = string(a.Result)
-		}
-	}
-	if j.Reasons == nil {
-		c := *j.Approval
-		c.Reasons = []string{}
-		j.Approval = &c
-	}
-	return j
-}
 
 // approvalError answers an error of the approval store, with the message
 // of `approve` (without its "approve: " prefix).
@@ -141,13 +98,7 @@ func (h *Handler) listApprovals(w http.ResponseWriter, r *http.Request) {
 	}
 	out := ApprovalList{Approvals: make([]ApprovalSummary, len(as))}
 	for i, a := range as {
-		reasons := a.Reasons
-		if reasons == nil {
-			reasons = []string{}
-		}
-		out.Approvals[i] = ApprovalSummary{ID: a.ID, TaskID: a.TaskID, RunID: a.RunID, Queue: a.Run.Queue, State: a.State,
-			CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Reasons: reasons, Principal: a.Run.Principal,
-			DecidedBy: a.DecidedBy, ByNote: a.ByNote, DecidedAt: a.DecidedAt, PromotedAt: a.PromotedAt}
+		out.Approvals[i] = a.Summary()
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -162,7 +113,7 @@ func (h *Handler) getApproval(w http.ResponseWriter, r *http.Request) {
 	if !h.allowApproval(w, r, a) {
 		return
 	}
-	writeJSON(w, http.StatusOK, showApproval(a))
+	writeJSON(w, http.StatusOK, a.View())
 }
 
 // approvalHistory serves GET /v1/approvals/{id}/history.
@@ -291,7 +242,7 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request) {
 			State: string(a.State), DecidedBy: a.DecidedBy, Detail: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, showApproval(a))
+	writeJSON(w, http.StatusOK, a.View())
 }
 
 // reject serves POST /v1/approvals/{id}/reject.
@@ -313,5 +264,5 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.log.Warn().Str("approval_id", a.ID).Err(err).Msg("reject")
 	}
-	writeJSON(w, http.StatusOK, showApproval(a))
+	writeJSON(w, http.StatusOK, a.View())
 }

@@ -204,7 +204,8 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 	// their names, all of them; then the writeback of each is started,
 	// then each is fsynced, then each directory of the tree, so that a
 	// journaling filesystem can carry several of them in one commit
-	// (fewer device writes and flushes: BENCHMARKS.md).
+	// (fewer device writes and flushes:
+	// docs/benchmarks-history.md#what-paid-and-what-did-not).
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return false, err

@@ -2,7 +2,7 @@
 // attempt that the worker stores as the asynq task's result and logs, and
 // that enqueue -wait prints, with the types it is made of (states,
 // verdicts, artifacts, decisions, violations). Field names are part of
-// Airlock's public contract (see the README).
+// Airlock's public contract (see docs/record.md).
 //
 // It is a leaf: it imports nothing of Airlock but limits, nothing of
 // Redis or Linux, and builds on every platform a backend runs on.

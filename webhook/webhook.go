@@ -30,6 +30,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/redislog"
 )
 
 // Config configures Serve; zero values take the defaults. Redis and
@@ -113,7 +114,7 @@ func Serve(ctx context.Context, c Config) error {
 		DelayedTaskCheckInterval: c.PollInterval,
 		RetryDelayFunc:           retryDelayFunc(c.RetryDelay),
 		ShutdownTimeout:          10 * time.Second,
-		Logger:                   asynqLogger{c.Log},
+		Logger:                   redislog.Asynq(c.Log),
 		LogLevel:                 asynq.WarnLevel,
 	})
 	mux := asynq.NewServeMux()
@@ -124,12 +125,3 @@ func Serve(ctx context.Context, c Config) error {
 	defer srv.Shutdown()
 	return d.Run(ctx)
 }
-
-// asynqLogger sends asynq's own log lines to zerolog.
-type asynqLogger struct{ l zerolog.Logger }
-
-func (a asynqLogger) Debug(args ...any) { a.l.Debug().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
-func (a asynqLogger) Info(args ...any)  { a.l.Info().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
-func (a asynqLogger) Warn(args ...any)  { a.l.Warn().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
-func (a asynqLogger) Error(args ...any) { a.l.Error().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
-func (a asynqLogger) Fatal(args ...any) { a.l.Error().Str("from", "asynq").Msg(fmt.Sprint(args...)) }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-run/airlock/internal/collect"
+	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/record"
 )
@@ -26,8 +26,8 @@ func namesSet(t *testing.T) *secrets.Set {
 }
 
 // artifactsOf builds collected artifacts from name → content.
-func artifactsOf(files map[string]string) *collect.Collected {
-	c := &collect.Collected{Data: map[string][]byte{}}
+func artifactsOf(files map[string]string) *contract.Collected {
+	c := &contract.Collected{Data: map[string][]byte{}}
 	for n, d := range files {
 		c.Artifacts = append(c.Artifacts, record.Artifact{Name: n, Bytes: int64(len(d))})
 		c.Data[n] = []byte(d)

@@ -18,7 +18,6 @@ import (
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/internal/cgroup"
-	"github.com/airlock-run/airlock/internal/collect"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/promote"
@@ -31,7 +30,7 @@ import (
 // or the contract's failure.
 type checked struct {
 	result    []byte
-	artifacts *collect.Collected
+	artifacts *contract.Collected
 
 	verdict    record.Verdict // "" when the output met its contract
 	msg        string
@@ -144,7 +143,7 @@ func (w *Worker) check(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspac
 	}
 	if out.Result != "" {
 		var err error
-		c.result, err = collect.ReadResult(ws, out.Result, w.cfg.Artifacts.MaxResult)
+		c.result, err = contract.ReadResult(ws, out.Result, w.cfg.Artifacts.MaxResult)
 		if err != nil {
 			return fail(record.VerdictOutput, "output.result: "+err.Error())
 		}
@@ -171,7 +170,7 @@ func (w *Worker) check(ctx context.Context, spec *tasks.Spec, ws *tmpfs.Workspac
 			return fail(record.VerdictSchema, fmt.Sprintf("output.result does not satisfy output.schema (%d errors)", len(vs)))
 		}
 	}
-	col, err := collect.CollectArtifacts(ws, out.Artifacts, w.cfg.Artifacts)
+	col, err := contract.CollectArtifacts(ws, out.Artifacts, w.cfg.Artifacts)
 	if err != nil {
 		return fail(record.VerdictOutput, "output.artifacts: "+err.Error())
 	}

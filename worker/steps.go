@@ -36,10 +36,8 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 	}
 	if spec.Network {
 		// Say what this run's helper had, not the default one's.
-		net := isolationOf(box.Status())
-		rec.Isolation.Root, rec.Isolation.Landlock, rec.Isolation.Seccomp = net.Root, net.Landlock, net.Seccomp
-		rec.Isolation.IPC, rec.Isolation.Keys, rec.Isolation.FDs = net.IPC, net.Keys, net.FDs
-		rec.Isolation.Network = w.egressLine()
+		box.Status().Into(&rec.Isolation)
+		rec.Isolation.Network = sandbox.EgressTier(egress.URL, w.cfg.EgressAllow, w.cfg.EgressMaxBytes, w.cfg.EgressMaxConns, w.cfg.EgressIdleTimeout)
 		er := egress.NewRun(w.egress, egress.Limits{MaxBytes: w.cfg.EgressMaxBytes, MaxConns: w.cfg.EgressMaxConns, IdleTimeout: w.cfg.EgressIdleTimeout})
 		s.egressRun.Store(er)
 		defer func() {

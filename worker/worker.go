@@ -32,6 +32,7 @@ import (
 	"github.com/airlock-run/airlock/internal/fetch"
 	"github.com/airlock-run/airlock/internal/netguard"
 	"github.com/airlock-run/airlock/internal/queuepolicy"
+	"github.com/airlock-run/airlock/internal/redislog"
 	"github.com/airlock-run/airlock/internal/sandbox"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/limits"
@@ -40,10 +41,10 @@ import (
 	"github.com/airlock-run/airlock/tmpfs"
 )
 
-// Isolation modes.
+// Isolation modes (sandbox.Plan decides what each allows).
 const (
-	Strict     = "strict"      // refuse to start when a tier is missing
-	BestEffort = "best-effort" // start anyway and say loudly what is missing
+	Strict     = sandbox.Strict     // refuse to start when a tier is missing
+	BestEffort = sandbox.BestEffort // start anyway and say loudly what is missing
 )
 
 // Version is reported in run records and logs.
@@ -148,7 +149,7 @@ type Observer interface {
 }
 
 // ErrIsolation is returned by New in strict mode when a tier is missing.
-var ErrIsolation = errors.New("isolation tier unavailable")
+var ErrIsolation = sandbox.ErrStrict
 
 // Worker runs tasks. Create it with New, run it with Run.
 type Worker struct {
@@ -160,11 +161,10 @@ type Worker struct {
 	helperRestarts atomic.Int64
 	all            []*slot
 	isolation      record.Isolation
+	plan           *sandbox.Plan // decides the tiers, and how helpers fall back
 	name           string
-	userNS         bool // not root: namespaces come from a user namespace
 	binds          []sandbox.Bind
 	cgroups        *cgroup.Manager // nil: the rlimit fallback
-	memory         string          // the memory tier, for the isolation line
 
 	approvals *approve.Store
 	quiet     *approve.Store    // the same store, emitting no run event: the worker's own transitions
@@ -280,8 +280,8 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Redis == nil {
 		return nil, errors.New("worker: Config.Redis is required")
 	}
-	if cfg.Isolation != Strict && cfg.Isolation != BestEffort {
-		return nil, fmt.Errorf("worker: isolation %q: want %q or %q", cfg.Isolation, Strict, BestEffort)
+	if err := sandbox.CheckMode(cfg.Isolation); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
 	}
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("worker: prefix %q: must not hold '{' or '}' (they would break Redis Cluster hash tags)", cfg.Prefix)
@@ -297,9 +297,9 @@ func New(cfg Config) (*Worker, error) {
 		cfg: cfg, log: cfg.Logger, stopping: make(chan struct{}),
 		name: fmt.Sprintf("%s/%d", host, os.Getpid()),
 	}
-	binds, err := parseBinds(cfg.ROBinds)
+	binds, err := sandbox.ParseBinds(cfg.ROBinds)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w.binds = binds
 	guard, err := w.guard(cfg.FetchAllow, true)
@@ -311,82 +311,61 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: -egress-allow %w", err)
 	}
 	w.secretSrc = secrets.Source{Dir: cfg.SecretsDir}
-	root := os.Geteuid() == 0
-	var missing []string
-	if !root {
-		missing = append(missing, "user (worker is not root: steps run as the worker's uid)")
-	}
-	if root {
-		if err := searchable(cfg.WorkspaceRoot); err != nil {
-			return nil, err
-		}
-	}
-	mgr, err := tmpfs.New(cfg.WorkspaceRoot, root)
-	if err != nil {
-		return nil, fmt.Errorf("worker: workspace root: %w", err)
-	}
-	w.ws = mgr
-	if !mgr.Mounted() {
-		missing = append(missing, "quota ("+mgr.Mechanism()+")")
-	}
-	w.openCgroups()
-	if w.cgroups == nil {
-		missing = append(missing, "memory ("+w.memory+")")
-	}
-	if err := w.startSlots(root); err != nil {
-		w.closeSlots()
-		w.closeCgroups()
-		mgr.Close()
+	if err := w.confine(); err != nil {
 		return nil, err
 	}
-	w.isolation = w.describe(root)
 	w.approvals = approve.NewStore(cfg.Redis, approve.Options{Prefix: cfg.Prefix, TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged, MaxPendingBytes: cfg.MaxPending})
 	w.quiet = w.approvals.Quiet()
 	w.promoter = &promote.Promoter{Store: w.approvals, Sink: cfg.Sink, Worker: w.name + " " + Version}
 	w.inline = &promote.Promoter{Store: w.quiet, Sink: cfg.Sink, Worker: w.name + " " + Version}
 	w.events = events.NewStream(cfg.Redis, cfg.Prefix)
 	w.asynq = asynq.NewClientFromRedisClient(cfg.Redis)
-	if !root && !w.userNS {
-		missing = append(missing, "namespaces (no root and no user namespace: no network or PID namespace)")
-	}
-	for _, t := range []struct{ name, status string }{
-		{"root", w.isolation.Root}, {"landlock", w.isolation.Landlock}, {"seccomp", w.isolation.Seccomp},
-		{"ipc", w.isolation.IPC}, {"keys", w.isolation.Keys},
-	} {
-		if strings.HasPrefix(t.status, "off") {
-			missing = append(missing, t.name+" ("+t.status+")")
+	return w, nil
+}
+
+// confine opens the workspace root, asks the isolation plan for the
+// memory tier and the slots' helpers, logs the tiers in force ("isolation
+// tiers", with what is missing), and undoes it all when the plan's
+// verdict refuses to run without them.
+func (w *Worker) confine() error {
+	cfg := &w.cfg
+	root := os.Geteuid() == 0
+	if root {
+		if err := searchable(cfg.WorkspaceRoot); err != nil {
+			return err
 		}
 	}
+	mgr, err := tmpfs.New(cfg.WorkspaceRoot, root)
+	if err != nil {
+		return fmt.Errorf("worker: workspace root: %w", err)
+	}
+	w.ws = mgr
+	w.plan = &sandbox.Plan{Mode: cfg.Isolation, Root: root, UIDFirst: cfg.UIDFirst,
+		Warn: func(err error, msg string) { w.log.Warn().Err(err).Msg(msg) }}
+	w.plan.SetQuota(mgr.Mechanism(), mgr.Mounted())
+	w.cgroups = w.plan.OpenCgroups(cfg.Cgroup, cfg.CgroupRoot)
+	if err := w.startSlots(root); err != nil {
+		w.closeSlots()
+		w.closeCgroups()
+		mgr.Close()
+		return err
+	}
+	w.isolation = w.plan.Tiers(w.all[0].box.Status())
+	w.isolation.Validation = w.checker(w.all[0]).Child.Describe()
+	missing := w.plan.Missing(w.isolation)
 	ev := w.log.Info()
 	if len(missing) > 0 {
 		ev = w.log.Warn().Strs("missing", missing)
 	}
 	ev.Interface("isolation", w.isolation).Int("slots", cfg.Concurrency).Str("workspace_root", cfg.WorkspaceRoot).
 		Str("version", Version).Msg("isolation tiers")
-	if len(missing) > 0 && cfg.Isolation == Strict {
+	if err := w.plan.Verdict(missing); err != nil {
 		w.closeSlots()
 		mgr.Close()
 		w.closeCgroups()
-		return nil, fmt.Errorf("%w: %s (run as root with CAP_SYS_ADMIN, or pass -isolation=best-effort to run anyway)", ErrIsolation, strings.Join(missing, "; "))
+		return err
 	}
-	return w, nil
-}
-
-// openCgroups opens the slots' parent control group, or says in w.memory
-// why memory falls back to rlimits.
-func (w *Worker) openCgroups() {
-	const fallback = "off: RLIMIT_AS and RLIMIT_NPROC fallback (per-process address space, not memory: tmpfs, shm and memfd pages are not counted, and runtimes that reserve address space, such as Node.js and the JVM, may not start; processes count the whole uid)"
-	if w.cfg.Cgroup == "off" {
-		w.memory = fallback + "; cgroups disabled by the operator"
-		return
-	}
-	m, err := cgroup.Open(cgroup.Options{Root: w.cfg.CgroupRoot})
-	if err != nil {
-		w.memory = fallback + "; " + err.Error()
-		return
-	}
-	w.cgroups = m
-	w.memory = m.Describe() + ": memory (anonymous, tmpfs, shm, memfd, page cache; no swap) and processes per step"
+	return nil
 }
 
 func (w *Worker) closeCgroups() {
@@ -463,79 +442,6 @@ func (s *slot) sandboxFor(network bool) (*sandbox.Slot, error) {
 	}
 	s.netOnce.Do(func() { s.netBox, s.netErr = sandbox.NewSlot(s.netCfg) })
 	return s.netBox, s.netErr
-}
-
-func (w *Worker) describe(root bool) record.Isolation {
-	iso := isolationOf(w.all[0].box.Status())
-	iso.Mode = w.cfg.Isolation
-	iso.Quota = w.ws.Mechanism()
-	iso.Rlimits = "prlimit while stopped at exec (ptrace)"
-	iso.Memory = w.memory
-	iso.Validation = w.checker(w.all[0]).Child.Describe()
-	if root {
-		iso.User = fmt.Sprintf("uid per slot from %d", w.cfg.UIDFirst)
-		iso.Network = "network namespace (loopback only)"
-		iso.Tree = "pid namespace (kill -1 from its init)"
-	} else if w.userNS {
-		iso.User = fmt.Sprintf("off: worker is not root (steps run as its uid %d, root of a user namespace without capabilities)", os.Geteuid())
-		iso.Network = "network namespace (loopback only, in a user namespace)"
-		iso.Tree = "pid namespace (kill -1 from its init, in a user namespace)"
-	} else {
-		iso.User = fmt.Sprintf("off: worker is not root (steps run as uid %d)", os.Geteuid())
-		iso.Network = "off: no network namespace (no root, no user namespace)"
-		if strings.Contains(iso.Landlock, "tcp denied") {
-			iso.Network = "landlock only (tcp denied; other protocols open)"
-		}
-		iso.Tree = "process group + subreaper (no pid namespace)"
-	}
-	return iso
-}
-
-// isolationOf copies the tiers a slot's helper reports into a record's.
-func isolationOf(st sandbox.Status) record.Isolation {
-	return record.Isolation{Root: st.Root, Landlock: st.Landlock, Seccomp: st.Seccomp, IPC: st.IPC, Keys: st.Keys, FDs: st.Descriptors}
-}
-
-// parseBinds parses the -ro-bind values and refuses a source that holds a
-// unix socket: neither the view nor Landlock (up to ABI 7) keeps a step
-// from connecting to a socket it can see.
-func parseBinds(specs []string) ([]sandbox.Bind, error) {
-	var out []sandbox.Bind
-	for _, s := range specs {
-		b, err := sandbox.ParseBind(s)
-		if err != nil {
-			return nil, fmt.Errorf("worker: -ro-bind %w", err)
-		}
-		if err := noSockets(b.Src); err != nil {
-			return nil, fmt.Errorf("worker: -ro-bind %s: %w", s, err)
-		}
-		out = append(out, b)
-	}
-	return out, nil
-}
-
-// maxBindEntries bounds the walk of a -ro-bind source at start.
-const maxBindEntries = 200000
-
-// noSockets walks root, without following symlinks, and fails on the
-// first unix socket, or when root has more entries than it will check.
-func noSockets(root string) error {
-	if _, err := os.Stat(root); err != nil {
-		return err
-	}
-	n := 0
-	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if n++; n > maxBindEntries {
-			return fmt.Errorf("more than %d entries: too many to check for unix sockets; bind a smaller tree", maxBindEntries)
-		}
-		if d.Type()&os.ModeSocket != 0 {
-			return fmt.Errorf("%s is a unix socket: a step could connect to it", p)
-		}
-		return nil
-	})
 }
 
 // guard builds an address guard from allow-list entries: public addresses
@@ -649,7 +555,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		DelayedTaskCheckInterval: time.Second,
 		ShutdownTimeout:          w.cfg.ShutdownTimeout,
 		RetryDelayFunc:           retryDelay,
-		Logger:                   asynqLogger{w.log},
+		Logger:                   redislog.Asynq(w.log),
 		LogLevel:                 asynq.WarnLevel,
 	})
 	mux := asynq.NewServeMux()
@@ -696,22 +602,4 @@ func (w *Worker) Run(ctx context.Context) error {
 func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
 	d := time.Second << min(n, 6)
 	return min(d, time.Minute)
-}
-
-// asynqLogger sends asynq's own log lines to zerolog.
-type asynqLogger struct{ l zerolog.Logger }
-
-func (a asynqLogger) Debug(args ...any) { a.l.Debug().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
-func (a asynqLogger) Info(args ...any)  { a.l.Info().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
-func (a asynqLogger) Warn(args ...any)  { a.l.Warn().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
-func (a asynqLogger) Error(args ...any) { a.l.Error().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
-func (a asynqLogger) Fatal(args ...any) { a.l.Error().Str("from", "asynq").Msg(fmt.Sprint(args...)) }
-
-// egressLine is what the isolation tiers say of a networked run's network.
-func (w *Worker) egressLine() string {
-	allow := "nothing (no -egress-allow)"
-	if len(w.cfg.EgressAllow) > 0 {
-		allow = strings.Join(w.cfg.EgressAllow, ", ")
-	}
-	return fmt.Sprintf("own network namespace (loopback only); out only through the worker's HTTP proxy at %s, to %s; refused ranges and the worker's Redis refused; no DNS, no UDP; %d bytes at most, request heads of 64 KiB, %d connections at once, closed after %s idle", egress.URL, allow, w.cfg.EgressMaxBytes, w.cfg.EgressMaxConns, w.cfg.EgressIdleTimeout)
 }

@@ -15,22 +15,9 @@
 // SCOPE[,SCOPE...] TOKEN, TOKEN being sha256:HEX (api -hash-token prints
 // it) or the token itself. It exits 0 after a clean shutdown (SIGINT,
 // SIGTERM), 2 on bad flags or a bad token file, 1 on any other error. See
-// api -h and README, HTTP API.
+// api -h and docs/http-api.md.
 package main
 
-import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
+import "github.com/airlock-run/airlock/internal/cli"
 
-	"github.com/airlock-run/airlock/internal/redislog"
-)
-
-func main() {
-	redislog.Discard()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { cli.Main(Run) }

@@ -3,12 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -34,7 +31,7 @@ const (
 const usageText = `usage: api -tokens FILE [flags]
        api -hash-token < TOKEN       print the sha256: form of a token, for the token file
 
-Serves Airlock's HTTP JSON API (README, HTTP API; the OpenAPI document is
+Serves Airlock's HTTP JSON API (docs/http-api.md; the OpenAPI document is
 served at /openapi.json). The token file holds one token per line:
 
   NAME SCOPE[,SCOPE...] TOKEN [queues=Q[,Q...]] [actions=A[,A...]]
@@ -58,32 +55,27 @@ flags:
 `
 
 type options struct {
-	addr, redisURL, prefix, tokens string
-	tlsCert, tlsKey                string
-	maxPayload                     int
-	retention, shutdownTimeout     time.Duration
-	logFormat, logLevel            string
-	hashToken                      bool
-	webhooks                       []webhook.Endpoint
+	addr, tokens               string
+	redis                      *cli.Redis // -redis, -prefix
+	tlsCert, tlsKey            string
+	maxPayload                 int
+	retention, shutdownTimeout time.Duration
+	logFormat, logLevel        string
+	hashToken                  bool
+	webhooks                   []webhook.Endpoint
 }
 
 // Run runs the command with args (without the program name) and returns its
 // exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stdout, stderr)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return exitOK
-	case errors.Is(err, cli.ErrUsage):
-		return exitUsage
-	case err != nil:
-		cli.PrintError(stdout, stderr, "api", false, err, "", exitUsage)
-		return exitUsage
+	if err != nil {
+		return cli.FlagsExit(stdout, stderr, "api", false, err)
 	}
 	if o.hashToken {
 		return hashToken(stdin, stdout, stderr)
 	}
-	log, err := newLogger(o.logFormat, o.logLevel, stderr)
+	log, err := cli.NewLogger(o.logFormat, o.logLevel, stderr)
 	if err != nil {
 		cli.PrintError(stdout, stderr, "api", false, err, "", exitUsage)
 		return exitUsage
@@ -106,15 +98,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("api", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usageText)
-		fs.PrintDefaults()
-	}
-	redisURL, from := cli.DefaultRedis()
+	fs := cli.NewFlagSet("api", usageText)
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on (port 0: a free port, logged)")
-	fs.StringVar(&o.redisURL, "redis", redisURL, cli.RedisUsage(from))
-	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis: the workers' -prefix")
+	o.redis = cli.RedisFlags(fs)
 	fs.StringVar(&o.tokens, "tokens", "", "token file: NAME SCOPE[,SCOPE...] TOKEN per line (required)")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs -tls-key")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of -tls-cert")
@@ -149,10 +135,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 		return o, errors.New("-retention: must be positive (the run record must be kept to be read)")
 	case o.shutdownTimeout <= 0:
 		return o, errors.New("-shutdown-timeout: must be positive")
-	case strings.ContainsAny(o.prefix, "{}"):
-		return o, fmt.Errorf("-prefix %q: must not hold a brace", o.prefix)
 	}
-	return o, nil
+	return o, o.redis.CheckPrefix()
 }
 
 // hashToken prints the sha256: form of the token on stdin (its first line).
@@ -171,50 +155,22 @@ func hashToken(stdin io.Reader, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func newLogger(format, level string, w io.Writer) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil {
-		return zerolog.Logger{}, fmt.Errorf("-log-level: %w", err)
-	}
-	switch format {
-	case "json":
-	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
-	default:
-		return zerolog.Logger{}, fmt.Errorf("-log-format: %q is not json or console", format)
-	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
-}
-
 // serve runs the server until ctx ends, then shuts it down.
 func serve(ctx context.Context, o options, tokens *httpapi.Tokens, log zerolog.Logger) error {
-	rdb, cfg, err := redisconn.Open(o.redisURL)
+	rdb, cfg, err := redisconn.Open(o.redis.URL)
 	if err != nil {
 		return fmt.Errorf("-redis: %w", err)
 	}
 	defer rdb.Close()
 	h, err := httpapi.New(rdb, httpapi.Options{
-		Prefix: o.prefix, Retention: o.retention, MaxPayload: o.maxPayload, Tokens: tokens, Log: &log,
+		Prefix: o.redis.Prefix, Retention: o.retention, MaxPayload: o.maxPayload, Tokens: tokens, Log: &log,
 	})
 	if err != nil {
 		return err
 	}
-	var tlsConf *tls.Config
-	if o.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
-		if err != nil {
-			return fmt.Errorf("-tls-cert/-tls-key: %w", err)
-		}
-		tlsConf = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	}
-	ln, err := net.Listen("tcp", o.addr)
+	ln, scheme, err := cli.Listen("-addr", o.addr, o.tlsCert, o.tlsKey)
 	if err != nil {
-		return fmt.Errorf("-addr: %w", err)
-	}
-	scheme := "http"
-	if tlsConf != nil {
-		ln = tls.NewListener(ln, tlsConf)
-		scheme = "https"
+		return err
 	}
 	srv := &http.Server{
 		Handler:           h,
@@ -238,7 +194,7 @@ func serve(ctx context.Context, o options, tokens *httpapi.Tokens, log zerolog.L
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	wdone := make(chan error, 1)
-	go func() { wdone <- webhook.Run(wctx, rdb, o.prefix, o.webhooks, log) }()
+	go func() { wdone <- webhook.Run(wctx, rdb, o.redis.Prefix, o.webhooks, log) }()
 	werrc := wdone // nil once Run has returned
 	defer func() {
 		wcancel()

@@ -19,7 +19,6 @@ import (
 	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/internal/redisconn"
 	"github.com/airlock-run/airlock/promote"
-	"github.com/airlock-run/airlock/record"
 )
 
 // Exit codes of Run.
@@ -51,10 +50,9 @@ type env struct {
 // options are the flags; the global ones are accepted before and after
 // the command.
 type options struct {
-	redisURL string
-	prefix   string
-	json     bool
-	by       string
+	redis *cli.Redis // -redis, -prefix
+	json  bool
+	by    string
 	// Flags of some commands.
 	state   string
 	limit   int
@@ -109,9 +107,8 @@ var commandOrder = []string{"list", "show", "accept", "reject", "watch", "histor
 
 // globalFlags defines the flags accepted before and after the command,
 // with o's values as defaults.
-func globalFlags(fs *flag.FlagSet, o *options, from string) {
-	fs.StringVar(&o.redisURL, "redis", o.redisURL, cli.RedisUsage(from))
-	fs.StringVar(&o.prefix, "prefix", o.prefix, "prefix of Airlock's keys in Redis: the workers' -prefix")
+func globalFlags(fs *flag.FlagSet, o *options) {
+	o.redis.Register(fs)
 	fs.BoolVar(&o.json, "json", o.json, "print JSON")
 	fs.StringVar(&o.by, "by", o.by, "who decides (default: the login user)")
 }
@@ -130,10 +127,9 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 }
 
 func run(ctx context.Context, args []string, e *env) int {
-	url, from := cli.DefaultRedis()
-	o := &options{redisURL: url, prefix: approve.DefaultPrefix}
+	o := &options{redis: cli.NewRedis()}
 	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
-	globalFlags(fs, o, from)
+	globalFlags(fs, o)
 	fs.Usage = func() { usage(fs.Output(), fs) }
 	if err := cli.Parse(fs, args, e.stdout, e.stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -163,7 +159,7 @@ func run(ctx context.Context, args []string, e *env) int {
 		return fail("", exitUsage, fmt.Errorf("unknown command %q: want %s (see -h)", name, strings.Join(commandOrder, ", ")))
 	}
 	sub := flag.NewFlagSet("approve "+name, flag.ContinueOnError)
-	globalFlags(sub, o, from)
+	globalFlags(sub, o)
 	if cmd.flags != nil {
 		cmd.flags(sub, o)
 	}
@@ -185,8 +181,8 @@ func run(ctx context.Context, args []string, e *env) int {
 		}
 		return fail(name, exitUsage, fmt.Errorf("want %s, got %d (see approve %s -h)", want, len(pos), name))
 	}
-	if strings.ContainsAny(o.prefix, "{}") {
-		return fail(name, exitUsage, fmt.Errorf("-prefix %q: must not hold a brace", o.prefix))
+	if err := o.redis.CheckPrefix(); err != nil {
+		return fail(name, exitUsage, err)
 	}
 	c := &session{env: e, o: o}
 	defer c.close()
@@ -246,12 +242,12 @@ func (c *session) connect() (*approve.Store, error) {
 	if c.store != nil {
 		return c.store, nil
 	}
-	rdb, _, err := redisconn.Open(c.o.redisURL)
+	rdb, _, err := redisconn.Open(c.o.redis.URL)
 	if err != nil {
 		return nil, fmt.Errorf("-redis: %w", err)
 	}
 	c.rdb = rdb
-	c.store = approve.NewStore(c.rdb, approve.Options{Prefix: c.o.prefix, Now: c.now})
+	c.store = approve.NewStore(c.rdb, approve.Options{Prefix: c.o.redis.Prefix, Now: c.now})
 	return c.store, nil
 }
 
@@ -285,49 +281,6 @@ func (c *session) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
-// approvalJSON is an approval as -json prints it: the result as JSON when
-// it is valid JSON (the Approval type would print it in base64).
-type approvalJSON struct {
-	*approve.Approval
-	Result any `json:"result,omitempty"`
-}
-
-// listItem is an approval as list -json prints it: the summary a list
-// reads, nothing more (no empty run or artifacts standing in for what was
-// not read; show has them).
-type listItem struct {
-	ID         string        `json:"id"`
-	TaskID     string        `json:"task_id"`
-	RunID      string        `json:"run_id"`
-	Queue      string        `json:"queue"`
-	State      approve.State `json:"state"`
-	CreatedAt  time.Time     `json:"created_at"`
-	ExpiresAt  time.Time     `json:"expires_at,omitzero"`
-	Reasons    []string      `json:"reasons"`
-	Principal  string        `json:"principal,omitempty"`
-	DecidedBy  string        `json:"decided_by,omitempty"`
-	ByNote     string        `json:"by_note,omitempty"`
-	DecidedAt  time.Time     `json:"decided_at,omitzero"`
-	PromotedAt time.Time     `json:"promoted_at,omitzero"`
-}
-
-func asJSON(a *approve.Approval) approvalJSON {
-	if a.Artifacts == nil {
-		c := *a
-		c.Artifacts = []record.Artifact{}
-		a = &c
-	}
-	j := approvalJSON{Approval: a}
-	if len(a.Result) > 0 {
-		if json.Valid(a.Result) {
-			j.Result = json.RawMessage(a.Result)
-		} else {
-			j.Result = string(a.Result)
-		}
-	}
-	return j
-}
-
 func (c *session) list(ctx context.Context, _ []string) error {
 	switch approve.State(c.o.state) {
 	case approve.StatePending, approve.StateAccepted, approve.StateRejected, approve.StateExpired, approve.StateAll:
@@ -343,11 +296,9 @@ func (c *session) list(ctx context.Context, _ []string) error {
 		return err
 	}
 	if c.o.json {
-		out := make([]listItem, len(as))
+		out := make([]approve.Summary, len(as))
 		for i, a := range as {
-			out[i] = listItem{ID: a.ID, TaskID: a.TaskID, RunID: a.RunID, Queue: a.Run.Queue, State: a.State,
-				CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Reasons: a.Reasons, Principal: a.Run.Principal,
-				DecidedBy: a.DecidedBy, ByNote: a.ByNote, DecidedAt: a.DecidedAt, PromotedAt: a.PromotedAt}
+			out[i] = a.Summary()
 		}
 		return c.printJSON(out)
 	}
@@ -370,7 +321,7 @@ func (c *session) show(ctx context.Context, args []string) error {
 		return err
 	}
 	if c.o.json {
-		return c.printJSON(asJSON(a))
+		return c.printJSON(a.View())
 	}
 	data := func(name string) ([]byte, error) { return st.Data(ctx, a.ID, name) }
 	text, err := formatShow(a, data, c.now())
@@ -412,7 +363,7 @@ func (c *session) accept(ctx context.Context, args []string) error {
 		return fmt.Errorf("accepted %s, but queuing its promotion failed: %w (run approve accept %s again to queue it; a worker re-queues it when it starts)", id, err, id)
 	}
 	if c.o.json {
-		return c.printJSON(asJSON(a))
+		return c.printJSON(a.View())
 	}
 	_, err = fmt.Fprintf(c.stdout, "accepted %s; promotion queued\n", id)
 	return err
@@ -446,7 +397,7 @@ func (c *session) reject(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stderr, "approve reject: warning: %v\n", err)
 	}
 	if c.o.json {
-		return c.printJSON(asJSON(a))
+		return c.printJSON(a.View())
 	}
 	_, err = fmt.Fprintf(c.stdout, "rejected %s\n", a.ID)
 	return err
@@ -461,7 +412,7 @@ func (c *session) watch(ctx context.Context, _ []string) error {
 	enc.SetEscapeHTML(false)
 	err = st.Watch(ctx, c.o.since, func(a *approve.Approval) error {
 		if c.o.json {
-			return enc.Encode(asJSON(a))
+			return enc.Encode(a.View())
 		}
 		_, err := io.WriteString(c.stdout, formatWatch(a)+"\n")
 		return err

@@ -293,7 +293,7 @@ func TestJSON(t *testing.T) {
 		Result json.RawMessage `json:"result"`
 	}
 	got := approveCmd(t, prefix, "-json", "list")
-	var list []listItem
+	var list []approve.Summary
 	if err := json.Unmarshal([]byte(got.Stdout), &list); err != nil || got.Code != 0 {
 		t.Fatalf("list -json: %v: %+v", err, got)
 	}

@@ -9,19 +9,6 @@
 // bad flags or a rejected spec, 1 on any other error. See enqueue -h.
 package main
 
-import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
+import "github.com/airlock-run/airlock/internal/cli"
 
-	"github.com/airlock-run/airlock/internal/redislog"
-)
-
-func main() {
-	redislog.Discard()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { cli.Main(Run) }

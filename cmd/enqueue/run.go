@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -30,8 +29,7 @@ const readSlack = 1 << 20
 
 // options are the command's flags and argument.
 type options struct {
-	redisURL    string
-	prefix      string
+	redis       *cli.Redis // -redis, -prefix
 	wait        waitMode
 	waitTimeout time.Duration
 	retention   time.Duration
@@ -69,14 +67,8 @@ flags:
 // exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stdout, stderr)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return exitOK
-	case errors.Is(err, cli.ErrUsage):
-		return exitRejected
-	case err != nil:
-		cli.PrintError(stdout, stderr, "enqueue", o.json, err, "", exitRejected)
-		return exitRejected
+	if err != nil {
+		return cli.FlagsExit(stdout, stderr, "enqueue", o.json, err) // exitRejected is cli.ExitUsage
 	}
 	if err := run(ctx, o, stdin, stdout, stderr); err != nil {
 		if errors.Is(err, airlock.ErrNotPromoted) {
@@ -96,14 +88,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usageText)
-		fs.PrintDefaults()
-	}
-	redisURL, from := cli.DefaultRedis()
-	fs.StringVar(&o.redisURL, "redis", redisURL, cli.RedisUsage(from))
-	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis: the workers' -prefix")
+	fs := cli.NewFlagSet("enqueue", usageText)
+	o.redis = cli.RedisFlags(fs)
 	fs.Var(&o.wait, "wait", "wait and print the run record as one JSON object: -wait returns once the run is parked or done, -wait=final waits through the approval")
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", 5*time.Minute, "with -wait, give up after this long")
 	fs.DurationVar(&o.retention, "retention", airlock.DefaultRetention, "how long the run record is kept after the task ends")
@@ -161,7 +147,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 }
 
 func run(ctx context.Context, o options, stdin io.Reader, stdout, stderr io.Writer) error {
-	c, err := airlock.Dial(o.redisURL, airlock.ClientOptions{Retention: o.retention, Prefix: o.prefix, Principal: o.principal})
+	c, err := airlock.Dial(o.redis.URL, airlock.ClientOptions{Retention: o.retention, Prefix: o.redis.Prefix, Principal: o.principal})
 	if err != nil {
 		return fmt.Errorf("-redis: %w", err)
 	}

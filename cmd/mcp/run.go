@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -55,7 +53,7 @@ flags:
 `
 
 type options struct {
-	redisURL, prefix          string
+	redis                     *cli.Redis // -redis, -prefix
 	principal                 string
 	queues                    []string
 	httpAddr, tokenFile       string
@@ -71,16 +69,10 @@ type options struct {
 // exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stdout, stderr)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return exitOK
-	case errors.Is(err, cli.ErrUsage):
-		return exitUsage
-	case err != nil:
-		cli.PrintError(stdout, stderr, "mcp", false, err, "", exitUsage)
-		return exitUsage
+	if err != nil {
+		return cli.FlagsExit(stdout, stderr, "mcp", false, err)
 	}
-	log, err := newLogger(o.logFormat, o.logLevel, stderr)
+	log, err := cli.NewLogger(o.logFormat, o.logLevel, stderr)
 	if err != nil {
 		cli.PrintError(stdout, stderr, "mcp", false, err, "", exitUsage)
 		return exitUsage
@@ -97,15 +89,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usageText)
-		fs.PrintDefaults()
-	}
-	redisURL, from := cli.DefaultRedis()
+	fs := cli.NewFlagSet("mcp", usageText)
 	var queues string
-	fs.StringVar(&o.redisURL, "redis", redisURL, cli.RedisUsage(from))
-	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis: the workers' -prefix")
+	o.redis = cli.RedisFlags(fs)
 	fs.StringVar(&queues, "queue", mcpserver.DefaultQueue, "queue run_action enqueues in, and the tools read, by default; a comma-separated list allows a spec or a call to name one of the others (the first is the default; no other queue can be reached)")
 	fs.StringVar(&o.principal, "principal", mcpserver.DefaultPrincipal, "who asks for every run this server enqueues: stamped as the spec's principal (run record, events, approvals; policy rules on principal match it); agents cannot set it. 1-64 of [A-Za-z0-9._@+-]")
 	fs.StringVar(&o.httpAddr, "http", "", "serve streamable HTTP at http://ADDR/mcp instead of stdio (port 0: a free port, logged)")
@@ -138,8 +124,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 		return o, errors.New("-retention: must be positive (the run record must be kept to be read)")
 	case o.shutdownTimeout <= 0:
 		return o, errors.New("-shutdown-timeout: must be positive")
-	case strings.ContainsAny(o.prefix, "{}"):
-		return o, fmt.Errorf("-prefix %q: must not hold a brace", o.prefix)
+	case o.redis.CheckPrefix() != nil:
+		return o, o.redis.CheckPrefix()
 	case o.httpAddr == "" && (o.tokenFile != "" || o.tlsCert != "" || o.tlsKey != ""):
 		return o, errors.New("-token-file, -tls-cert and -tls-key go with -http")
 	case (o.tlsCert == "") != (o.tlsKey == ""):
@@ -202,29 +188,14 @@ func loopback(addr string) (bool, error) {
 	return ip != nil && ip.IsLoopback(), nil
 }
 
-func newLogger(format, level string, w io.Writer) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil {
-		return zerolog.Logger{}, fmt.Errorf("-log-level: %w", err)
-	}
-	switch format {
-	case "json":
-	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
-	default:
-		return zerolog.Logger{}, fmt.Errorf("-log-format: %q is not json or console", format)
-	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
-}
-
 // serve runs the server on stdio, or over HTTP with -http, until the
 // client goes (stdio) or ctx ends.
 func serve(ctx context.Context, o options, stdin io.Reader, stdout io.Writer, log zerolog.Logger) error {
-	rdb, cfg, err := redisconn.Open(o.redisURL)
+	rdb, cfg, err := redisconn.Open(o.redis.URL)
 	if err != nil {
 		return fmt.Errorf("-redis: %w", err)
 	}
-	c := airlock.NewClient(rdb, airlock.ClientOptions{Prefix: o.prefix, Retention: o.retention, Principal: o.principal})
+	c := airlock.NewClient(rdb, airlock.ClientOptions{Prefix: o.redis.Prefix, Retention: o.retention, Principal: o.principal})
 	defer rdb.Close()
 	defer c.Close()
 	srv, err := mcpserver.New(c, mcpserver.Options{Queues: o.queues, MaxWait: o.maxWait, Log: log, Principal: o.principal})
@@ -275,23 +246,11 @@ func serveHTTP(ctx context.Context, o options, srv *mcp.Server, redis string, lo
 	h = http.NewCrossOriginProtection().Handler(h)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", h)
-	var tlsConf *tls.Config
-	if o.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
-		if err != nil {
-			return fmt.Errorf("-tls-cert/-tls-key: %w", err)
-		}
-		tlsConf = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	}
-	ln, err := net.Listen("tcp", o.httpAddr)
+	ln, scheme, err := cli.Listen("-http", o.httpAddr, o.tlsCert, o.tlsKey)
 	if err != nil {
-		return fmt.Errorf("-http: %w", err)
+		return err
 	}
-	scheme := "http"
-	if tlsConf != nil {
-		ln = tls.NewListener(ln, tlsConf)
-		scheme = "https"
-	} else if loop, _ := loopback(o.httpAddr); !loop {
+	if loop, _ := loopback(o.httpAddr); scheme == "http" && !loop {
 		log.Warn().Msg("serving plain HTTP off loopback: the bearer token crosses the network in clear; use -tls-cert/-tls-key or a TLS proxy")
 	}
 	hs := &http.Server{

@@ -1,4 +1,5 @@
 // Command worker runs Airlock's worker: it takes task specs off Redis
 // (asynq), runs their steps confined in fresh workspaces and stores a run
-// record per task. See the README for flags and isolation tiers.
+// record per task. See docs/cli.md#worker for flags and docs/isolation.md for
+// isolation tiers.
 package main

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -24,20 +25,24 @@ func main() {
 	// with SIGPIPE caught, a write to it fails with EPIPE instead (and the
 	// logger drops the line).
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	cli.Main(func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+		return exitCode(Run(ctx, args, stdout, stderr), stderr)
+	})
+}
+
+// exitCode is the worker's exit status for Run's error, which it prints
+// on stderr (once: cli.Parse has printed a bad flag already).
+func exitCode(err error, stderr io.Writer) int {
 	switch {
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(cli.ExitOK)
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return cli.ExitOK
 	case errors.Is(err, cli.ErrUsage):
-		os.Exit(cli.ExitUsage) // said once by cli.Parse
-	case err != nil:
-		msg := err.Error()
-		if !strings.HasPrefix(msg, "worker:") {
-			msg = "worker: " + msg
-		}
-		fmt.Fprintln(os.Stderr, msg)
-		os.Exit(cli.ExitError)
+		return cli.ExitUsage
 	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "worker:") {
+		msg = "worker: " + msg
+	}
+	fmt.Fprintln(stderr, msg)
+	return cli.ExitError
 }

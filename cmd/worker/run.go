@@ -4,32 +4,22 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
-	csvreport "github.com/airlock-run/airlock/examples/csv-report"
 	"github.com/airlock-run/airlock/internal/cli"
-	"github.com/airlock-run/airlock/internal/devredis"
 	"github.com/airlock-run/airlock/internal/egress"
 	"github.com/airlock-run/airlock/internal/metrics"
 	"github.com/airlock-run/airlock/internal/redisconn"
@@ -49,7 +39,7 @@ type options struct {
 	timeout, maxTimeout, checkInterval, shutdownTimeout, grace  time.Duration
 	allowNetwork, landlock, dev                                 bool
 	policyFile, storeDir, cgroupMode, storeGroup, prefix        string
-	actionsDir, devPartnerURL                                   string
+	actionsDir                                                  string
 	approvalTTL, sweepInterval                                  time.Duration
 	maxArtifacts                                                int
 	maxArtifactBytes, maxResultBytes, maxStaged                 string
@@ -88,7 +78,7 @@ flags:
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env REDIS_URL): redis://, rediss://, redis+sentinel://, redis+cluster:// (README, Redis)")
+	fs.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env REDIS_URL): redis://, rediss://, redis+sentinel://, redis+cluster:// (docs/redis.md)")
 	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis (approvals, events, published limits); clients and CLIs must use the same")
 	fs.IntVar(&o.concurrency, "concurrency", 2, "tasks run at once (one slot, uid and helper each)")
 	fs.StringVar(&o.queues, "queues", "default=1", "queues and priorities: name=priority,...")
@@ -118,7 +108,7 @@ flags:
 	fs.DurationVar(&o.fetchTimeout, "fetch-timeout", 5*time.Minute, "bound of one input download (within the task's deadline)")
 	fs.StringVar(&o.policyFile, "policy", "", "risk policy file (JSON or YAML); without one every output is parked")
 	fs.StringVar(&o.actionsDir, "actions", "", "directory of action definitions, one file per action (NAME.yaml, NAME.yml or NAME.json): the only actions callers may ask for by name")
-	fs.StringVar(&o.storeDir, "store", "airlock-store", "where promoted outputs are published: a directory (<store>/<run_id>/<task_id>/, 0700/0600), or s3://bucket/prefix, an S3-compatible store configured by the AWS environment (AWS_ENDPOINT_URL_S3, AWS_REGION, AWS_ACCESS_KEY_ID...; README, Promotion)")
+	fs.StringVar(&o.storeDir, "store", "airlock-store", "where promoted outputs are published: a directory (<store>/<run_id>/<task_id>/, 0700/0600), or s3://bucket/prefix, an S3-compatible store configured by the AWS environment (AWS_ENDPOINT_URL_S3, AWS_REGION, AWS_ACCESS_KEY_ID...; docs/policy-and-approvals.md#promotion-exactly-once)")
 	fs.StringVar(&o.storeGroup, "store-group", "", "group (name or gid) allowed to read the store: directories 0750, files 0640")
 	fs.DurationVar(&o.approvalTTL, "approval-ttl", 72*time.Hour, "pending approvals expire after this")
 	fs.DurationVar(&o.sweepInterval, "sweep-interval", 10*time.Second, "how often approvals are expired and promotions caught up")
@@ -131,7 +121,7 @@ flags:
 	fs.StringVar(&o.logFormat, "log-format", "json", "json or console")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn, error")
 	fs.StringVar(&o.httpAddr, "metrics-addr", "", "serve /healthz, /readyz and /metrics (Prometheus) on this address, e.g. :9090 or 127.0.0.1:9090 (off when empty)")
-	fs.BoolVar(&o.dev, "dev", false, "dev mode: embedded Redis, best-effort isolation, the csv-report demo (a partner server on loopback, its token as a secret)")
+	fs.BoolVar(&o.dev, "dev", false, devUsage)
 	fs.StringVar(&o.devAddr, "dev-addr", "127.0.0.1:6379", "address of the embedded Redis in dev mode")
 	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
@@ -140,58 +130,27 @@ flags:
 		return fmt.Errorf("unexpected argument %q (see -h)", fs.Arg(0))
 	}
 	logOut := &droppingWriter{w: stderr}
-	log, err := newLogger(o.logFormat, o.logLevel, logOut)
+	log, err := cli.NewLogger(o.logFormat, o.logLevel, logOut)
 	if err != nil {
 		return err
 	}
 	redislog.To(log)
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	var dev *devMode // dev.go; a build without it refuses -dev
 	if o.dev {
-		srv, err := devredis.Start(o.devAddr)
-		if errors.Is(err, devredis.ErrAddrInUse) && !explicit["dev-addr"] {
-			log.Warn().Str("addr", o.devAddr).Msg("address in use; the embedded Redis takes a free port instead")
-			srv, err = devredis.Start("127.0.0.1:0")
+		if dev, err = startDev(&o, explicit, log); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("-dev-addr: %w", err)
-		}
-		defer srv.Close()
-		o.redisURL = srv.URL()
-		if !explicit["isolation"] {
-			o.isolation = worker.BestEffort
-		}
-		removeURL, err := cli.WriteDevURL(o.redisURL)
-		if err != nil {
-			return fmt.Errorf("dev mode: %w", err)
-		}
-		defer removeURL()
-		log.Info().Str("redis", o.redisURL).Str("url_file", cli.DevURLFile()).
-			Msg("dev mode: embedded Redis; enqueue and approve in another shell use it by default (or: export REDIS_URL=" + o.redisURL + ")")
-	}
-	var partner *devPartner
-	if o.dev {
-		// The demo's partner: an export behind a bearer token, on
-		// loopback, which the worker's downloads may reach; the token is
-		// the worker's secret PARTNER_TOKEN.
-		if partner, err = startPartner(o.secretsDir); err != nil {
-			return fmt.Errorf("dev mode: partner: %w", err)
-		}
-		defer partner.close()
-		if o.secretsDir == "" {
-			o.secretsDir = partner.secretsDir
-		}
-		o.fetchAllow = append(o.fetchAllow, "127.0.0.1")
-		o.devPartnerURL = partner.url
-		log.Info().Str("export", partner.url+"/export.csv").Msg("dev mode: the csv-report demo's partner serves its export (bearer token: the secret PARTNER_TOKEN)")
+		defer dev.close()
 	}
 	cfg, err := o.config(ctx, log)
 	if err != nil {
 		return err
 	}
-	if o.dev && o.policyFile == "" {
-		if cfg.RiskPolicy, err = devPolicy(partner.url); err != nil {
-			return fmt.Errorf("dev mode: %w", err)
+	if dev != nil {
+		if err := dev.configure(&cfg); err != nil {
+			return err
 		}
 	}
 	ready := &readiness{}
@@ -251,8 +210,8 @@ flags:
 			return st.PendingBytes(c)
 		})
 	}
-	if o.dev {
-		go demo(ctx, rdb, o.prefix, stdout, log)
+	if dev != nil {
+		go dev.demo(ctx, rdb, o.prefix, stdout, log)
 	}
 	err = w.Run(ctx)
 	if n := logOut.dropped.Load(); n > 0 {
@@ -350,8 +309,7 @@ func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config
 	}, nil
 }
 
-// catalog loads -actions; dev mode adds the csv-report demo's action,
-// pointed at its partner.
+// catalog loads -actions (dev mode adds its demo's action: devMode.configure).
 func (o *options) catalog(pol limits.Policy) (*actions.Catalog, error) {
 	c, err := actions.NewCatalog()
 	if o.actionsDir != "" {
@@ -361,17 +319,6 @@ func (o *options) catalog(pol limits.Policy) (*actions.Catalog, error) {
 	}
 	if err != nil {
 		return nil, err
-	}
-	if o.devPartnerURL != "" {
-		if _, taken := c.Lookup(csvreport.Name); !taken {
-			d, err := csvreport.Action(o.devPartnerURL, pol)
-			if err != nil {
-				return nil, fmt.Errorf("dev mode: %w", err)
-			}
-			if err := c.Add(d); err != nil {
-				return nil, fmt.Errorf("dev mode: %w", err)
-			}
-		}
 	}
 	return c, nil
 }
@@ -433,21 +380,6 @@ func parseRange(s string) (int, int, error) {
 	return first, last - first + 1, nil
 }
 
-func newLogger(format, level string, w io.Writer) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil {
-		return zerolog.Logger{}, fmt.Errorf("-log-level: %w", err)
-	}
-	switch format {
-	case "json":
-	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
-	default:
-		return zerolog.Logger{}, fmt.Errorf("-log-format: %q is not json or console", format)
-	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
-}
-
 // droppingWriter is the log's writer: a line it cannot write (stderr
 // closed, a full disk) is dropped and counted, never an error that would
 // stop the worker or make the logger complain on the same stderr.
@@ -468,90 +400,4 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
-}
-
-// devPartner is the csv-report demo's partner server, run by dev mode.
-type devPartner struct {
-	url        string
-	secretsDir string // a temporary directory holding PARTNER_TOKEN
-	srv        *http.Server
-}
-
-// startPartner serves the demo's export on a free loopback port, with a
-// new token, written as the secret PARTNER_TOKEN into a temporary secrets
-// directory (or into dir, the operator's -secrets-dir, when it has none).
-func startPartner(dir string) (*devPartner, error) {
-	p := &devPartner{}
-	token := csvreport.NewToken()
-	if dir == "" {
-		d, err := os.MkdirTemp("", "airlock-dev-secrets-")
-		if err != nil {
-			return nil, err
-		}
-		dir, p.secretsDir = d, d
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "PARTNER_TOKEN")); err == nil {
-		token = strings.TrimSpace(string(b))
-	} else if err := os.WriteFile(filepath.Join(dir, "PARTNER_TOKEN"), []byte(token+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p.url = "http://" + ln.Addr().String()
-	p.srv = &http.Server{Handler: &csvreport.Partner{Token: token, Rows: 500}, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = p.srv.Serve(ln) }()
-	return p, nil
-}
-
-// devPolicy is dev mode's risk policy when -policy gives none: every output
-// parked, as without a policy, and the demo's secret granted (a worker
-// grants no secret its policy does not): PARTNER_TOKEN, to runs of the
-// demo's catalog action (csv-report) alone, in input headers to the
-// partner's host:port only, never in a step's environment.
-func devPolicy(partnerURL string) (*policy.Policy, error) {
-	u, err := url.Parse(partnerURL)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("partner URL %q: %v", partnerURL, err)
-	}
-	return policy.Parse(fmt.Appendf(nil, `{"default": "park", "secrets": {"PARTNER_TOKEN": {"actions": [%q], "hosts": [%q], "env": false}}}`, csvreport.Name, u.Host), "json")
-}
-
-func (p *devPartner) close() {
-	_ = p.srv.Close()
-	if p.secretsDir != "" {
-		_ = os.RemoveAll(p.secretsDir)
-	}
-}
-
-// demo enqueues the csv-report example's call of its action (which dev
-// mode's catalog points at the dev partner), waits for its record and
-// prints it.
-func demo(ctx context.Context, rdb redis.UniversalClient, prefix string, stdout io.Writer, log zerolog.Logger) {
-	c := airlock.NewClient(rdb, airlock.ClientOptions{Prefix: prefix})
-	spec, err := csvreport.Call()
-	if err == nil {
-		var e airlock.Enqueued
-		e, err = c.Enqueue(ctx, spec)
-		if err == nil {
-			wctx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			rec, werr := c.Wait(wctx, e.Queue, e.TaskID)
-			if err = werr; err == nil {
-				enc := json.NewEncoder(stdout)
-				enc.SetIndent("", "  ")
-				_ = enc.Encode(rec)
-				ev := log.Info().Str("state", string(rec.State)).Str("verdict", string(rec.Verdict))
-				if rec.ApprovalID != "" {
-					ev = ev.Str("approval_id", rec.ApprovalID).Str("next", "approve accept "+rec.ApprovalID)
-				}
-				ev.Msg("demo (csv-report) done; the worker keeps serving (Ctrl-C to stop)")
-				return
-			}
-		}
-	}
-	if ctx.Err() == nil {
-		log.Error().Err(err).Msg("demo task")
-	}
 }

@@ -27,6 +27,30 @@ const (
 // ErrUsage is returned by Parse for a bad flag: the message is printed.
 var ErrUsage = errors.New("usage")
 
+// NewFlagSet is a command's flag set for Parse: its usage, printed on -h,
+// is text followed by the flags and their defaults.
+func NewFlagSet(name, text string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), text)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// FlagsExit is the exit code of a command whose flags did not parse or
+// check (err not nil): ExitOK after -h, else ExitUsage, err printed as by
+// PrintError unless Parse has printed it.
+func FlagsExit(stdout, stderr io.Writer, name string, asJSON bool, err error) int {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return ExitOK
+	case !errors.Is(err, ErrUsage):
+		PrintError(stdout, stderr, name, asJSON, err, "", ExitUsage)
+	}
+	return ExitUsage
+}
+
 // Parse parses args with fs. On -h or -help it prints fs.Usage to stdout
 // and returns flag.ErrHelp; on a bad flag it prints "<name>: <error> (see
 // <name> -h)" once to stderr and returns ErrUsage. fs.Usage must write to
@@ -55,9 +79,11 @@ func DefaultRedis() (url, from string) {
 	if u := os.Getenv("REDIS_URL"); u != "" {
 		return u, "$REDIS_URL"
 	}
-	if b, err := os.ReadFile(DevURLFile()); err == nil {
-		if u := strings.TrimSpace(string(b)); u != "" {
-			return u, DevURLFile() + " (written by worker -dev)"
+	if p := DevURLFile(); private(filepath.Dir(p)) == nil && private(p) == nil {
+		if b, err := os.ReadFile(p); err == nil {
+			if u := strings.TrimSpace(string(b)); u != "" {
+				return u, p + " (written by worker -dev)"
+			}
 		}
 	}
 	return "redis://127.0.0.1:6379/0", ""
@@ -66,7 +92,7 @@ func DefaultRedis() (url, from string) {
 // RedisUsage is the usage line of a -redis flag whose default came from
 // from.
 func RedisUsage(from string) string {
-	const forms = "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster:// (README, Redis)"
+	const forms = "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster:// (docs/redis.md)"
 	if from == "" {
 		return forms
 	}
@@ -75,7 +101,9 @@ func RedisUsage(from string) string {
 
 // DevURLFile is where a dev-mode worker writes the URL of its embedded
 // Redis, for the commands run beside it: $XDG_RUNTIME_DIR/airlock/dev-redis-url,
-// or <temp dir>/airlock-<uid>/dev-redis-url.
+// or <temp dir>/airlock-<uid>/dev-redis-url. The commands read it only
+// when it and its directory are the user's own and writable by no one
+// else.
 func DevURLFile() string {
 	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
 		return filepath.Join(d, "airlock", "dev-redis-url")
@@ -88,6 +116,9 @@ func WriteDevURL(url string) (func(), error) {
 	p := DevURLFile()
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return nil, err
+	}
+	if err := private(filepath.Dir(p)); err != nil {
+		return nil, fmt.Errorf("not writing the dev URL file: %w", err)
 	}
 	if err := os.WriteFile(p, []byte(url+"\n"), 0o600); err != nil {
 		return nil, err

@@ -75,7 +75,7 @@ func buildSchemas() (schemas, error) {
 	specProps := maps.Clone(spec["properties"].(object))
 	delete(specProps, "principal")
 	specProp["properties"] = specProps
-	specProp["description"] = "A whole task spec v1 (README, Task spec v1): files, inputs, secrets, steps, limits, output contract. " +
+	specProp["description"] = "A whole task spec v1 (docs/spec.md): files, inputs, secrets, steps, limits, output contract. " +
 		"Decoded strictly, as enqueue does: an unknown field or a bad value is refused, naming the field. " +
 		"Its queue, if given, must be one this server serves. Use either spec or the simple form (command, files...), not both."
 

@@ -158,7 +158,7 @@ func New(c Client, o Options) (*mcp.Server, error) {
 		Name:  ToolRunAction,
 		Title: "Run an action in Airlock's sandbox",
 		Description: "Enqueue an action for Airlock's workers, which run it confined (no network, limits, a deadline) in a fresh workspace. " +
-			`Give either {"spec": {...}}, a whole task spec (README, Task spec v1), or the simple form: ` +
+			`Give either {"spec": {...}}, a whole task spec (docs/spec.md), or the simple form: ` +
 			`{"command": "sh command" or ["argv", ...], "files": {"path": "content"}, "timeout": "30s", "output_result": "out/result.json"}. ` +
 			`Returns {task_id, queue, run_id, duplicate}; with "wait": true also the run record once the run is parked or done. ` +
 			"A result (output_result) is published only by the operator's policy or a human approver, never by the run or by an agent. " +

@@ -20,7 +20,7 @@ import (
 	"github.com/airlock-run/airlock/record"
 )
 
-// Metric names, as the README lists them.
+// Metric names, as docs/deployment.md lists them.
 const (
 	NameTasks         = "airlock_tasks_finished_total"
 	NameTaskDuration  = "airlock_task_duration_seconds"

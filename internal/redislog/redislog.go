@@ -1,6 +1,7 @@
 // Package redislog routes go-redis's own log lines (connection retries,
 // pool errors), which it prints to the standard logger by default, away
-// from the CLIs' output: the error a command returns already says it.
+// from the CLIs' output: the error a command returns already says it; and
+// asynq's, into a server's zerolog logger (Asynq).
 package redislog
 
 import (

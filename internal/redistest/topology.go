@@ -39,7 +39,7 @@ const (
 // ACLCommands are the commands Airlock needs, as an ACL rule list: what
 // the worker, the client, enqueue and approve call (asynq's scripts
 // included), measured with INFO commandstats over the whole flow. The
-// README's "Managed Redis" lists the same.
+// "Managed Redis" of docs/redis.md lists the same.
 var ACLCommands = []string{
 	// connection: go-redis's handshake, health checks, cluster topology
 	"+ping", "+hello", "+auth", "+info", "+client|setname", "+select",

@@ -10,5 +10,10 @@
 // of one fork/exec. When a step ends, kill(-1) from the namespace's init
 // ends everything it left, and the IPC objects it made are removed.
 //
+// The package also decides a worker's isolation (Plan, isolation.go): the
+// fallback ladder its helpers start by, the wording of each tier in the
+// run record, the missing tiers and the strict verdict. The view is one
+// list of operations (viewOps) run by one fail-fast loop.
+//
 // It builds on Linux only; elsewhere the package is empty.
 package sandbox

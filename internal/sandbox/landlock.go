@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"unsafe"
+
+	"github.com/airlock-run/airlock/internal/confine"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,35 +19,9 @@ import (
 
 // LandlockABI returns the kernel's Landlock ABI version, or 0 and the
 // reason when it has none.
-func LandlockABI() (int, error) {
-	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(abi), nil
-}
+func LandlockABI() (int, error) { return confine.LandlockABI() }
 
-const (
-	fsRead = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR | unix.LANDLOCK_ACCESS_FS_EXECUTE
-	// fsFileRights are the rights that apply to a file (not a directory).
-	fsFileRights = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE |
-		unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_TRUNCATE | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
-)
-
-// handledFS is every filesystem right the ABI knows.
-func handledFS(abi int) uint64 {
-	m := uint64(0x1FFF) // ABI 1: EXECUTE .. MAKE_SYM
-	if abi >= 2 {
-		m |= unix.LANDLOCK_ACCESS_FS_REFER
-	}
-	if abi >= 3 {
-		m |= unix.LANDLOCK_ACCESS_FS_TRUNCATE
-	}
-	if abi >= 5 {
-		m |= unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
-	}
-	return m
-}
+const fsRead = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR | unix.LANDLOCK_ACCESS_FS_EXECUTE
 
 // devices steps may read and write outside their workspace.
 var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
@@ -61,14 +36,6 @@ type landlockRules struct {
 	// to (the egress proxy on their loopback); 0 for none.
 	ConnectPort uint16
 }
-
-// landlockNetPortAttr is struct landlock_net_port_attr (ABI 4+).
-type landlockNetPortAttr struct {
-	AllowedAccess uint64
-	Port          uint64
-}
-
-const landlockRuleNetPort = 2 // LANDLOCK_RULE_NET_PORT
 
 // hostReadable is what a step may read when its slot has no view of its
 // own and sees the host's filesystem: the system directories, the entries
@@ -98,71 +65,45 @@ func restrictThread(rules landlockRules) string {
 	if err != nil || abi < 1 {
 		return fmt.Sprintf("off: kernel has no Landlock (%v)", err)
 	}
-	fs := handledFS(abi)
-	attr := unix.LandlockRulesetAttr{Handled_access_fs: fs}
-	size := unsafe.Sizeof(uint64(0))
+	fs := confine.HandledFS(abi)
+	var net, scoped uint64
 	var extras string
 	if abi >= 4 && rules.DenyTCP {
-		attr.Handled_access_net = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
+		net = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
 		extras += ", tcp denied"
 		if rules.ConnectPort != 0 {
 			extras = fmt.Sprintf(", tcp denied but connect to port %d (the egress proxy)", rules.ConnectPort)
 		}
 	}
-	if abi >= 4 {
-		size = 2 * unsafe.Sizeof(uint64(0))
-	}
 	if abi >= 6 {
-		attr.Scoped = unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
-		size = 3 * unsafe.Sizeof(uint64(0))
+		scoped = unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
 		extras += ", signals and abstract sockets scoped"
 	}
-	rfd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
-	if errno != 0 {
-		return "off: create ruleset: " + errno.Error()
+	rs, err := confine.NewRuleset(abi, fs, net, scoped)
+	if err != nil {
+		return "off: create ruleset: " + err.Error()
 	}
-	defer unix.Close(int(rfd))
-	add := func(path string, access uint64) error {
-		fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return err
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			access &= fsFileRights
-		}
-		rule := unix.LandlockPathBeneathAttr{Allowed_access: access, Parent_fd: int32(fd)}
-		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, rfd, unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&rule)), 0, 0, 0)
-		if errno != 0 {
-			return errno
-		}
-		return nil
-	}
+	defer rs.Close()
 	for _, p := range rules.Readable {
-		if err := add(p, fsRead&fs); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := rs.AllowPath(p, fsRead&fs); err != nil && !errors.Is(err, unix.ENOENT) {
 			return "off: rule for " + p + ": " + err.Error()
 		}
 	}
 	for _, p := range rules.Writable {
-		if err := add(p, fs); err != nil {
+		if err := rs.AllowPath(p, fs); err != nil {
 			return "off: rule for " + p + ": " + err.Error()
 		}
 	}
 	if abi >= 4 && rules.DenyTCP && rules.ConnectPort != 0 {
-		np := landlockNetPortAttr{AllowedAccess: unix.LANDLOCK_ACCESS_NET_CONNECT_TCP, Port: uint64(rules.ConnectPort)}
-		if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, rfd, landlockRuleNetPort, uintptr(unsafe.Pointer(&np)), 0, 0, 0); errno != 0 {
-			return "off: rule for port " + fmt.Sprint(rules.ConnectPort) + ": " + errno.Error()
+		if err := rs.AllowPort(rules.ConnectPort, unix.LANDLOCK_ACCESS_NET_CONNECT_TCP); err != nil {
+			return "off: rule for port " + fmt.Sprint(rules.ConnectPort) + ": " + err.Error()
 		}
 	}
 	for _, d := range rules.Devices {
-		_ = add(d, (unix.LANDLOCK_ACCESS_FS_READ_FILE|unix.LANDLOCK_ACCESS_FS_WRITE_FILE|unix.LANDLOCK_ACCESS_FS_TRUNCATE)&fs)
+		_ = rs.AllowPath(d, (unix.LANDLOCK_ACCESS_FS_READ_FILE|unix.LANDLOCK_ACCESS_FS_WRITE_FILE|unix.LANDLOCK_ACCESS_FS_TRUNCATE)&fs)
 	}
-	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, rfd, 0, 0); errno != 0 {
-		return "off: restrict_self: " + errno.Error()
+	if err := rs.RestrictSelf(); err != nil {
+		return "off: restrict_self: " + err.Error()
 	}
 	reads := "reads only in the view"
 	if len(rules.Readable) != 1 || rules.Readable[0] != "/" {

@@ -4,13 +4,13 @@ package sandbox
 
 import (
 	"fmt"
-	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
-	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-run/airlock/internal/confine"
 )
 
 // The syscall filter of every step, modelled on Docker's default seccomp
@@ -145,24 +145,13 @@ func seccompProgram(hostIPC bool) ([]bpf.RawInstruction, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	info, _ := arch.GetInfo("")
 	body, err := pol.Assemble()
 	if err != nil {
 		return nil, 0, err
 	}
-	const (
-		nrOffset   = 0  // seccomp_data.nr
-		archOffset = 4  // seccomp_data.arch
-		argsOffset = 16 // seccomp_data.args, 8 bytes each
-	)
-	lowWord := uint32(0)
-	if cpu.IsBigEndian {
-		lowWord = 4
-	}
-	prog := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: archOffset, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: uint32(seccomp.ActionKillProcess)},
+	prog, info, err := confine.ArchGuard()
+	if err != nil {
+		return nil, 0, err
 	}
 	// The body starts by loading what it reads: these come first.
 	for _, d := range deniedArgs {
@@ -171,9 +160,9 @@ func seccompProgram(hostIPC bool) ([]bpf.RawInstruction, int, error) {
 			continue
 		}
 		prog = append(prog,
-			bpf.LoadAbsolute{Off: nrOffset, Size: 4},
+			bpf.LoadAbsolute{Off: confine.NrOffset, Size: 4},
 			bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 3},
-			bpf.LoadAbsolute{Off: argsOffset + 8*uint32(d.arg) + lowWord, Size: 4},
+			bpf.LoadAbsolute{Off: confine.ArgLow(d.arg), Size: 4},
 			bpf.JumpIf{Cond: bpf.JumpEqual, Val: d.value, SkipFalse: 1},
 			bpf.RetConstant{Val: uint32(seccomp.ActionErrno) | uint32(unix.EPERM)},
 		)
@@ -191,14 +180,9 @@ func installSeccomp(hostIPC bool) string {
 	if err != nil {
 		return "off: build filter: " + err.Error()
 	}
-	filter := make([]unix.SockFilter, len(raw))
-	for i, ins := range raw {
-		filter[i] = unix.SockFilter{Code: ins.Op, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
-	}
-	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	// No TSYNC: the filter is this thread's, and its children's.
-	if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog))); errno != 0 {
-		return "off: seccomp: " + errno.Error()
+	if err := confine.LoadFilter(raw, false); err != nil {
+		return "off: seccomp: " + err.Error()
 	}
 	name := SeccompProfile
 	if hostIPC {

@@ -4,7 +4,6 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -163,125 +162,6 @@ func (s *Slot) Restart() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stop()
-}
-
-func (s *Slot) start() error {
-	if s.cfg.Egress != nil && !s.cfg.Namespaces {
-		return errors.New("egress needs a network namespace of the slot's own (root, or user namespaces)")
-	}
-	if s.started && !s.renewed && s.cfg.Restarted != nil {
-		s.cfg.Restarted()
-	}
-	s.started, s.renewed = true, false
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("socketpair: %w", err)
-	}
-	ours := os.NewFile(uintptr(pair[0]), "helper-control")
-	theirs := os.NewFile(uintptr(pair[1]), "helper-control")
-	defer theirs.Close()
-	hc := helperConfig{
-		UID: s.cfg.UID, GID: s.cfg.GID, Workspace: s.cfg.Workspace,
-		Namespace: s.cfg.Namespaces, NetNS: s.cfg.Namespaces,
-		Egress: s.cfg.Egress != nil, Landlock: s.cfg.Landlock, UserNS: s.cfg.Namespaces && s.cfg.UserNS,
-		View: s.cfg.Namespaces && s.cfg.View, Binds: s.cfg.Binds,
-	}
-	cmd := exec.Command("/proc/self/exe", helperArg)
-	cmd.Env = []string{}
-	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.Stderr = s.cfg.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if s.cfg.Namespaces {
-		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
-		if hc.NetNS {
-			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNET
-		}
-		if hc.UserNS {
-			// The worker's uid is the only one mapped, as root of the
-			// namespace: the helper owns its namespaces; the steps run
-			// as that uid with every capability dropped.
-			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
-			cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-			cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
-			cmd.SysProcAttr.GidMappingsEnableSetgroups = false
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		ours.Close()
-		return fmt.Errorf("start slot helper: %w", err)
-	}
-	fc, err := net.FileConn(ours)
-	ours.Close()
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return err
-	}
-	conn := fc.(*net.UnixConn)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }() // the one goroutine that waits for it
-	var h hello
-	var cgFDs []int
-	if s.cfg.Cgroup != nil {
-		for _, f := range s.cfg.Cgroup.Join() {
-			cgFDs = append(cgFDs, int(f.Fd()))
-		}
-		hc.Cgroups, hc.CgroupThread = len(cgFDs), s.cfg.Cgroup.ThreadJoin()
-	}
-	var egressEnd *net.UnixConn
-	if s.cfg.Egress != nil {
-		// The helper hands the connections steps make to its proxy port
-		// over this pair, one descriptor a message.
-		ep, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			conn.Close()
-			_ = cmd.Process.Kill()
-			<-done
-			return fmt.Errorf("socketpair: %w", err)
-		}
-		defer unix.Close(ep[1])
-		f := os.NewFile(uintptr(ep[0]), "egress")
-		ec, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			unix.Close(ep[1])
-			conn.Close()
-			_ = cmd.Process.Kill()
-			<-done
-			return err
-		}
-		egressEnd = ec.(*net.UnixConn)
-		cgFDs = append(cgFDs, ep[1])
-	}
-	if err := writeMsg(conn, hc, cgFDs); err != nil {
-		if egressEnd != nil {
-			egressEnd.Close()
-		}
-		conn.Close()
-		_ = cmd.Process.Kill()
-		<-done
-		return fmt.Errorf("slot helper did not start: %w", err)
-	}
-	if _, err := readMsg(conn, &h); err != nil {
-		conn.Close()
-		_ = cmd.Process.Kill()
-		<-done
-		return fmt.Errorf("slot helper did not start: %w", err)
-	}
-	if h.Error != "" {
-		conn.Close()
-		if egressEnd != nil {
-			egressEnd.Close()
-		}
-		<-done
-		return fmt.Errorf("slot helper: %s", h.Error)
-	}
-	if egressEnd != nil {
-		go serveEgress(egressEnd, s.cfg.Egress) // ends when the helper does
-	}
-	s.cmd, s.conn, s.done, s.status = cmd, conn, done, h.Status
-	return nil
 }
 
 // freshGroup moves the slot's steps to the spare memory group of its
@@ -560,7 +440,3 @@ func buildEnv(st Step, dir string) []string {
 	}
 	return out
 }
-
-// ErrStrict is matched by errors from a strict probe that found a tier
-// missing.
-var ErrStrict = errors.New("isolation tier unavailable")

@@ -73,6 +73,48 @@ func ParseBind(s string) (Bind, error) {
 	return Bind{Src: src, Dst: dst}, nil
 }
 
+// ParseBinds parses the -ro-bind values and refuses a source that holds a
+// unix socket: neither the view nor Landlock (up to ABI 7) keeps a step
+// from connecting to a socket it can see.
+func ParseBinds(specs []string) ([]Bind, error) {
+	var out []Bind
+	for _, s := range specs {
+		b, err := ParseBind(s)
+		if err != nil {
+			return nil, fmt.Errorf("-ro-bind %w", err)
+		}
+		if err := noSockets(b.Src); err != nil {
+			return nil, fmt.Errorf("-ro-bind %s: %w", s, err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// maxBindEntries bounds the walk of a -ro-bind source at start.
+const maxBindEntries = 200000
+
+// noSockets walks root, without following symlinks, and fails on the
+// first unix socket, or when root has more entries than it will check.
+func noSockets(root string) error {
+	if _, err := os.Stat(root); err != nil {
+		return err
+	}
+	n := 0
+	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if n++; n > maxBindEntries {
+			return fmt.Errorf("more than %d entries: too many to check for unix sockets; bind a smaller tree", maxBindEntries)
+		}
+		if d.Type()&os.ModeSocket != 0 {
+			return fmt.Errorf("%s is a unix socket: a step could connect to it", p)
+		}
+		return nil
+	})
+}
+
 // systemDirs are bound read-only into every view when they exist; a symlink
 // (merged /usr) is recreated as the same symlink.
 var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
@@ -162,64 +204,59 @@ func (t tree) attach(dst string) error {
 
 const roAttrs = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
 
-// pending is a host entry to place in the view: a tree to attach, or a
-// symlink to recreate.
-type pending struct {
-	dst    string
-	tree   tree
-	link   string // symlink target when the host entry is a symlink
+// opKind is what one operation of the view does.
+type opKind int
+
+const (
+	opBind     opKind = iota // attach a copy of the host's src (copied up front) at dst, with attrs
+	opMount                  // mount a filesystem of fstype at dst, with flags and data
+	opMkdir                  // make the directory dst (and its parents), mode
+	opSymlink                // make dst a symlink to data
+	opWrite                  // write data to the file dst, mode
+	opMask                   // hide dst when it exists: a directory under an empty read-only tmpfs, a file under /dev/null
+	opReadOnly               // make the mount tree at dst read-only, no exec, when it exists
+	opSetattr                // set attrs on the mount at dst
+	opBindData               // bind a file holding data over dst, the file unlinked at once
+	opPivot                  // make the view the root of the mount namespace
+)
+
+// viewOp is one operation of the view, as data: buildView runs a list of
+// them, in order, and stops at the first that fails. Paths (dst) are the
+// view's: the operation acts below the view's base until opPivot.
+type viewOp struct {
+	kind     opKind
+	src      string // opBind: host path; opMount: the source named in the mount table
+	dst      string
+	data     string // opWrite, opBindData: content; opSymlink: target; opMount: mount data
+	fstype   string // opMount
+	flags    uintptr
+	attrs    uint64
+	mode     os.FileMode
+	optional bool   // opBind: skip an absent source, recreate a symlink as one; opWrite: a failure is ignored
+	listed   bool   // opBind: named among the root tier's read-only trees when it is a tree
+	what     string // names the operation in an error (opBind: its copy's); else "view DST"
+	// Set by copySources, before the root's tmpfs covers the base: the
+	// copy to attach, or the symlink to recreate; neither for an absent
+	// optional source.
+	tree   *tree
+	link   string
 	isLink bool
 }
 
-// buildView builds the view on a tmpfs mounted at c.Base and makes it the
-// root of this mount namespace (pivot_root); the host's tree is detached.
-// It must run with CAP_SYS_ADMIN in a mount namespace of our own whose
-// mounts are private. It returns a description for the record.
-func buildView(c viewConfig) (string, error) {
-	var todo []pending
-	closeAll := func() {
-		for _, p := range todo {
-			if !p.isLink {
-				unix.Close(p.tree.fd)
-			}
-		}
+// viewOps is the whole view, as one list of operations: the root's tmpfs
+// and /dev, the host's trees bound read-only, the workspace, the generated
+// /etc, /dev's links, /proc and its masks, and the pivot. The host's
+// system directories and /etc entries are looked up here (globs); nothing
+// is changed.
+func viewOps(c viewConfig) []viewOp {
+	ops := []viewOp{
+		{kind: opMount, src: "airlock", dst: "/", fstype: "tmpfs", data: "mode=0755,size=1m,nr_inodes=4096", flags: unix.MS_NOSUID | unix.MS_NODEV, what: "mount the root tmpfs"},
+		// /dev first: the device trees are attached in it.
+		{kind: opMkdir, dst: "/dev", mode: 0o755},
+		{kind: opMount, src: "airlock-dev", dst: "/dev", fstype: "tmpfs", data: "mode=0755,size=64k,nr_inodes=64", flags: unix.MS_NOSUID | unix.MS_NOEXEC, what: "mount /dev"},
 	}
-	// Copy every source first, while the host's tree is in place (the
-	// workspace lies below Base, which the new root will cover).
-	add := func(src, dst string, attrs uint64, optional bool) error {
-		fi, err := os.Lstat(src)
-		if err != nil {
-			if optional && errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if fi.Mode()&os.ModeSymlink != 0 && optional {
-			target, err := os.Readlink(src)
-			if err != nil {
-				return err
-			}
-			todo = append(todo, pending{dst: dst, link: target, isLink: true})
-			return nil
-		}
-		t, err := cloneTree(src, attrs)
-		if err != nil {
-			return err
-		}
-		todo = append(todo, pending{dst: dst, tree: t})
-		return nil
-	}
-	var bound []string
 	for _, d := range systemDirs {
-		if err := add(d, d, roAttrs, true); err != nil {
-			closeAll()
-			return "", err
-		}
-	}
-	for _, p := range todo {
-		if !p.isLink {
-			bound = append(bound, p.dst)
-		}
+		ops = append(ops, viewOp{kind: opBind, src: d, dst: d, attrs: roAttrs, optional: true, listed: true})
 	}
 	for _, pat := range etcEntries {
 		names := []string{filepath.Join("/etc", pat)}
@@ -227,69 +264,97 @@ func buildView(c viewConfig) (string, error) {
 			names, _ = filepath.Glob(names[0])
 		}
 		for _, n := range names {
-			if err := add(n, n, roAttrs, true); err != nil {
-				closeAll()
-				return "", err
-			}
+			ops = append(ops, viewOp{kind: opBind, src: n, dst: n, attrs: roAttrs, optional: true})
 		}
 	}
 	for _, d := range viewDevices {
-		if err := add("/dev/"+d, "/dev/"+d, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, false); err != nil {
-			closeAll()
-			return "", fmt.Errorf("/dev/%s: %w", d, err)
-		}
+		ops = append(ops, viewOp{kind: opBind, src: "/dev/" + d, dst: "/dev/" + d, attrs: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC, what: "/dev/" + d})
 	}
 	for _, b := range c.Binds {
 		dst := b.Dst
 		if dst == "" {
 			dst = b.Src
 		}
-		if err := add(b.Src, dst, roAttrs, false); err != nil {
-			closeAll()
-			return "", fmt.Errorf("-ro-bind %s: %w", b, err)
-		}
+		ops = append(ops, viewOp{kind: opBind, src: b.Src, dst: dst, attrs: roAttrs, what: "-ro-bind " + b.String()})
 	}
-	if err := add(c.Workspace, Workdir, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, false); err != nil {
-		closeAll()
-		return "", fmt.Errorf("workspace: %w", err)
-	}
+	ops = append(ops, viewOp{kind: opBind, src: c.Workspace, dst: Workdir, attrs: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, what: "workspace"})
 
-	base := c.Base
-	if err := unix.Mount("airlock", base, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
-		closeAll()
-		return "", fmt.Errorf("mount the root tmpfs: %w", err)
+	// The generated /etc.
+	user := fmt.Sprintf("airlock:x:%d:%d:Airlock step:%s:/bin/sh\n", c.UID, c.GID, Workdir)
+	passwd, group := user, fmt.Sprintf("airlock:x:%d:\n", c.GID)
+	if c.UID != 0 {
+		passwd = "root:x:0:0:root:/root:/usr/sbin/nologin\n" + passwd
+		group = "root:x:0:\n" + group
 	}
-	// /dev first: the device trees are attached in it.
-	if err := os.Mkdir(base+"/dev", 0o755); err != nil {
-		closeAll()
+	passwd += "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+	group += "nogroup:x:65534:\n"
+	ops = append(ops,
+		viewOp{kind: opMkdir, dst: "/etc", mode: 0o755},
+		viewOp{kind: opWrite, dst: "/etc/passwd", data: passwd, mode: 0o644},
+		viewOp{kind: opWrite, dst: "/etc/group", data: group, mode: 0o644},
+		viewOp{kind: opWrite, dst: "/etc/hostname", data: hostname + "\n", mode: 0o644},
+		viewOp{kind: opWrite, dst: "/etc/hosts", data: "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n", mode: 0o644},
+		viewOp{kind: opWrite, dst: "/etc/nsswitch.conf", data: "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n", mode: 0o644},
+		// Host keys, if any, are only root's to read; hide them anyway.
+		viewOp{kind: opMask, dst: "/etc/ssl/private"},
+	)
+	for _, l := range viewLinks {
+		ops = append(ops, viewOp{kind: opSymlink, dst: l[0], data: l[1]})
+	}
+	ops = append(ops,
+		viewOp{kind: opSetattr, dst: "/dev", attrs: unix.MOUNT_ATTR_RDONLY, what: "read-only /dev"},
+		// /proc of our PID namespace, mounted while the host's /proc is
+		// still visible (a user namespace may mount proc only then).
+		viewOp{kind: opMkdir, dst: "/proc", mode: 0o555},
+		viewOp{kind: opMount, src: "proc", dst: "/proc", fstype: "proc", flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, what: "mount /proc"},
+		// SysV shared memory dies with the last process attached to it
+		// (the sysctl belongs to our IPC namespace).
+		viewOp{kind: opWrite, dst: "/proc/sys/kernel/shm_rmid_forced", data: "1\n", optional: true},
+	)
+	for _, name := range maskedProc {
+		ops = append(ops, viewOp{kind: opMask, dst: "/proc/" + name, what: "mask /proc/" + name})
+	}
+	// The host's boot id, which would tell the steps of every slot and
+	// task that they share a machine: a value of the slot's own instead
+	// (read-only with /proc/sys below).
+	ops = append(ops, viewOp{kind: opBindData, dst: "/proc/sys/kernel/random/boot_id", data: randomUUID() + "\n",
+		what: "mask /proc/sys/kernel/random/boot_id"})
+	for _, name := range readonlyProc {
+		ops = append(ops, viewOp{kind: opReadOnly, dst: "/proc/" + name, what: "read-only /proc/" + name})
+	}
+	return append(ops, viewOp{kind: opPivot, dst: "/"})
+}
+
+// viewLinks are the view's symlinks: /dev's and /tmp.
+var viewLinks = [][2]string{
+	{"/dev/fd", "/proc/self/fd"}, {"/dev/stdin", "/proc/self/fd/0"}, {"/dev/stdout", "/proc/self/fd/1"},
+	{"/dev/stderr", "/proc/self/fd/2"}, {"/dev/shm", Workdir + "/tmp"}, {"/tmp", Workdir + "/tmp"},
+}
+
+// buildView builds the view on a tmpfs mounted at c.Base and makes it the
+// root of this mount namespace (pivot_root); the host's tree is detached.
+// It must run with CAP_SYS_ADMIN in a mount namespace of our own whose
+// mounts are private. It returns a description for the record. It runs in
+// the helper, which exits on any error: the copies of host trees an error
+// leaves unattached are descriptors (close-on-exec) that die with it.
+func buildView(c viewConfig) (string, error) {
+	ops := viewOps(c)
+	if err := copySources(ops); err != nil {
 		return "", err
 	}
-	if err := unix.Mount("airlock-dev", base+"/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
-		closeAll()
-		return "", fmt.Errorf("mount /dev: %w", err)
-	}
-	for i, p := range todo {
-		var err error
-		if p.isLink {
-			err = os.MkdirAll(filepath.Dir(base+p.dst), 0o755)
-			if err == nil {
-				err = os.Symlink(p.link, base+p.dst)
+	for i := range ops {
+		if err := ops[i].run(c.Base); err != nil {
+			if ops[i].what != "" && ops[i].kind != opBind {
+				return "", fmt.Errorf("%s: %w", ops[i].what, err)
 			}
-		} else {
-			err = p.tree.attach(base + p.dst)
-		}
-		if err != nil {
-			todo = todo[i+1:]
-			closeAll()
-			return "", fmt.Errorf("view %s: %w", p.dst, err)
+			return "", fmt.Errorf("view %s: %w", ops[i].dst, err)
 		}
 	}
-	todo = nil
-	if err := finishView(base, c); err != nil {
-		return "", err
-	}
-	if err := pivot(base); err != nil {
-		return "", err
+	var bound []string
+	for _, op := range ops {
+		if op.listed && op.tree != nil {
+			bound = append(bound, op.dst)
+		}
 	}
 	desc := "pivot_root: own tree (ro " + strings.Join(bound, " ") + "; generated /etc; /dev minimal; /proc masked; " + Workdir + ")"
 	if len(c.Binds) > 0 {
@@ -302,108 +367,111 @@ func buildView(c viewConfig) (string, error) {
 	return desc, nil
 }
 
-// finishView writes the generated files, links and mounts of the view
-// below base: /etc, /dev's links, /proc and its masks, /tmp.
-func finishView(base string, c viewConfig) error {
-	user := fmt.Sprintf("airlock:x:%d:%d:Airlock step:%s:/bin/sh\n", c.UID, c.GID, Workdir)
-	passwd, group := user, fmt.Sprintf("airlock:x:%d:\n", c.GID)
-	if c.UID != 0 {
-		passwd = "root:x:0:0:root:/root:/usr/sbin/nologin\n" + passwd
-		group = "root:x:0:\n" + group
-	}
-	passwd += "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-	group += "nogroup:x:65534:\n"
-	files := map[string]string{
-		"etc/passwd":        passwd,
-		"etc/group":         group,
-		"etc/hostname":      hostname + "\n",
-		"etc/hosts":         "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-		"etc/nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
-	}
-	if err := os.MkdirAll(base+"/etc", 0o755); err != nil {
-		return err
-	}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(base, name), []byte(data), 0o644); err != nil {
-			return err
-		}
-	}
-	// Host keys, if any, are only root's to read; hide them anyway.
-	if fi, err := os.Stat(base + "/etc/ssl/private"); err == nil && fi.IsDir() {
-		if err := emptyRO(base + "/etc/ssl/private"); err != nil {
-			return err
-		}
-	}
-	links := map[string]string{
-		"dev/fd": "/proc/self/fd", "dev/stdin": "/proc/self/fd/0", "dev/stdout": "/proc/self/fd/1",
-		"dev/stderr": "/proc/self/fd/2", "dev/shm": Workdir + "/tmp", "tmp": Workdir + "/tmp",
-	}
-	for name, target := range links {
-		if err := os.Symlink(target, filepath.Join(base, name)); err != nil {
-			return err
-		}
-	}
-	if err := unix.MountSetattr(unix.AT_FDCWD, base+"/dev", 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
-		return fmt.Errorf("read-only /dev: %w", err)
-	}
-	// /proc of our PID namespace, mounted while the host's /proc is still
-	// visible (a user namespace may mount proc only then).
-	proc := base + "/proc"
-	if err := os.Mkdir(proc, 0o555); err != nil {
-		return err
-	}
-	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount /proc: %w", err)
-	}
-	// SysV shared memory dies with the last process attached to it (the
-	// sysctl belongs to our IPC namespace).
-	_ = os.WriteFile(proc+"/sys/kernel/shm_rmid_forced", []byte("1\n"), 0)
-	for _, name := range maskedProc {
-		p := proc + "/" + name
-		fi, err := os.Lstat(p)
-		if err != nil {
+// copySources copies the source of every opBind, while the host's tree is
+// in place: the workspace lies below the base, which the root's tmpfs
+// covers.
+func copySources(ops []viewOp) error {
+	for i := range ops {
+		op := &ops[i]
+		if op.kind != opBind {
 			continue
+		}
+		err := op.copySource()
+		if err != nil && op.what != "" {
+			err = fmt.Errorf("%s: %w", op.what, err)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (op *viewOp) copySource() error {
+	fi, err := os.Lstat(op.src)
+	if err != nil {
+		if op.optional && errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	if fi.Mode()&os.ModeSymlink != 0 && op.optional {
+		if op.link, err = os.Readlink(op.src); err != nil {
+			return err
+		}
+		op.isLink = true
+		return nil
+	}
+	t, err := cloneTree(op.src, op.attrs)
+	if err != nil {
+		return err
+	}
+	op.tree = &t
+	return nil
+}
+
+// run carries the operation out below base.
+func (op *viewOp) run(base string) error {
+	p := base + op.dst
+	switch op.kind {
+	case opBind:
+		switch {
+		case op.isLink:
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			return os.Symlink(op.link, p)
+		case op.tree != nil:
+			return op.tree.attach(p)
+		}
+		return nil // an optional source the host does not have
+	case opMount:
+		return unix.Mount(op.src, p, op.fstype, op.flags, op.data)
+	case opMkdir:
+		return os.MkdirAll(p, op.mode)
+	case opSymlink:
+		return os.Symlink(op.data, p)
+	case opWrite:
+		if err := os.WriteFile(p, []byte(op.data), op.mode); err != nil && !op.optional {
+			return err
+		}
+		return nil
+	case opMask:
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil // nothing to hide
 		}
 		if fi.IsDir() {
-			err = emptyRO(p)
-		} else {
-			err = unix.Mount(base+"/dev/null", p, "", unix.MS_BIND, "")
+			return emptyRO(p)
 		}
-		if err != nil {
-			return fmt.Errorf("mask /proc/%s: %w", name, err)
-		}
-	}
-	// The host's boot id, which would tell the steps of every slot and
-	// task that they share a machine: a value of the slot's own instead,
-	// a file of the root tmpfs bound over it and unlinked (read-only with
-	// /proc/sys below).
-	id := base + "/.boot_id"
-	if err := os.WriteFile(id, []byte(randomUUID()+"\n"), 0o444); err != nil {
-		return err
-	}
-	err := unix.Mount(id, proc+"/sys/kernel/random/boot_id", "", unix.MS_BIND, "")
-	if rmErr := os.Remove(id); err == nil {
-		err = rmErr
-	}
-	if err != nil {
-		return fmt.Errorf("mask /proc/sys/kernel/random/boot_id: %w", err)
-	}
-	for _, name := range readonlyProc {
-		p := proc + "/" + name
+		return unix.Mount(base+"/dev/null", p, "", unix.MS_BIND, "")
+	case opReadOnly:
 		if _, err := os.Lstat(p); err != nil {
-			continue
+			return nil
 		}
 		t, err := cloneTree(p, roAttrs|unix.MOUNT_ATTR_NOEXEC)
 		if err != nil {
-			return fmt.Errorf("read-only /proc/%s: %w", name, err)
+			return err
 		}
-		if err := unix.MoveMount(t.fd, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			unix.Close(t.fd)
-			return fmt.Errorf("read-only /proc/%s: %w", name, err)
+		defer unix.Close(t.fd)
+		return unix.MoveMount(t.fd, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
+	case opSetattr:
+		return unix.MountSetattr(unix.AT_FDCWD, p, 0, &unix.MountAttr{Attr_set: op.attrs})
+	case opBindData:
+		// A file of the root's tmpfs, bound over dst and unlinked.
+		f := base + "/.bind-data"
+		if err := os.WriteFile(f, []byte(op.data), 0o444); err != nil {
+			return err
 		}
-		unix.Close(t.fd)
+		err := unix.Mount(f, p, "", unix.MS_BIND, "")
+		if rmErr := os.Remove(f); err == nil {
+			err = rmErr
+		}
+		return err
+	case opPivot:
+		return pivot(p)
 	}
-	return nil
+	return fmt.Errorf("unknown view operation %d", op.kind)
 }
 
 // randomUUID is a version 4 UUID, in boot_id's form.

@@ -1,13 +1,10 @@
-//go:build linux
-
-package collect_test
+package contract_test
 
 import (
 	"errors"
 	"testing"
 
 	"github.com/airlock-run/airlock/contract"
-	"github.com/airlock-run/airlock/internal/collect"
 )
 
 // A result with a key twice, anywhere, is refused naming the key's
@@ -26,12 +23,12 @@ func TestReadResultDuplicateKeys(t *testing.T) {
 		"out/nested.json":  `out/nested.json: duplicate key "amount" at /items/1/amount`,
 		"out/escaped.json": `out/escaped.json: duplicate key "amount" at /amount`,
 	} {
-		got, err := collect.ReadResult(ws, rel, 0)
+		got, err := contract.ReadResult(ws, rel, 0)
 		if !errors.Is(err, contract.ErrDuplicateKey) || err.Error() != want || got != nil {
 			t.Errorf("ReadResult(%s) = %q, %v; want the error %q", rel, got, err, want)
 		}
 	}
-	if got, err := collect.ReadResult(ws, "out/fine.json", 0); err != nil || string(got) != files["out/fine.json"] {
+	if got, err := contract.ReadResult(ws, "out/fine.json", 0); err != nil || string(got) != files["out/fine.json"] {
 		t.Errorf("ReadResult(out/fine.json) = %q, %v", got, err)
 	}
 }

@@ -13,14 +13,13 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/contract"
-	"github.com/airlock-run/airlock/internal/collect"
 	"github.com/airlock-run/airlock/internal/sandbox"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/tmpfs"
 )
 
 // Micro-benchmarks of a task's hot path, configured as the worker
-// configures each piece: go test -run XXX -bench . ./bench
+// configures each piece: go test -run XXX -bench . ./internal/bench
 
 // fixture is a workspace manager, a slot's workspace and the uid steps run
 // as: a leased slot uid with tmpfs workspaces as root, the caller's uid and
@@ -193,7 +192,7 @@ func BenchmarkReadResult(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if _, err := collect.ReadResult(ws, "out/result.json", 0); err != nil {
+		if _, err := contract.ReadResult(ws, "out/result.json", 0); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,6 +1,4 @@
-//go:build linux
-
-package collect
+package contract
 
 import (
 	"crypto/sha256"
@@ -16,13 +14,12 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tmpfs"
 )
 
 // maxListEntries bounds the entries listed below the directory of each glob;
-// a tree with more is an error (contract.ErrTooManyArtifacts), not a partial match.
+// a tree with more is an error (ErrTooManyArtifacts), not a partial match.
 const maxListEntries = 100_000
 
 // Collected is what CollectArtifacts found.
@@ -59,18 +56,18 @@ func (c *Collected) Bytes() int64 {
 // for reading; matching directories are ignored. Each file is read with
 // Workspace.ReadFile.
 //
-// More than lim.MaxCount matching files is contract.ErrTooManyArtifacts; more than
-// lim.MaxBytes in all is contract.ErrArtifactsTooLarge (checked on the listed sizes
+// More than lim.MaxCount matching files is ErrTooManyArtifacts; more than
+// lim.MaxBytes in all is ErrArtifactsTooLarge (checked on the listed sizes
 // before anything is read, and again on what is read); both errors name the
 // numbers. Each artifact has its Name (the workspace-relative path), Bytes,
 // SHA256 (hex) and ContentType: "application/json" for a .json file that
 // holds valid JSON, "text/csv; charset=utf-8" for a .csv file that is valid
 // UTF-8, otherwise net/http.DetectContentType of its first 512 bytes.
 // Errors do not name the spec's field: the caller says "output.artifacts".
-func CollectArtifacts(ws *tmpfs.Workspace, globs []string, lim contract.Limits) (*Collected, error) {
+func CollectArtifacts(ws *tmpfs.Workspace, globs []string, lim Limits) (*Collected, error) {
 	lim = lim.Resolved()
 	for _, g := range globs {
-		if err := contract.CheckGlob(g); err != nil {
+		if err := CheckGlob(g); err != nil {
 			return nil, err
 		}
 	}
@@ -79,7 +76,7 @@ func CollectArtifacts(ws *tmpfs.Workspace, globs []string, lim contract.Limits) 
 	refused := map[string]record.File{}
 	files := map[string]int64{} // matching regular files: their listed size
 	for _, g := range globs {
-		dir := contract.GlobDir(g)
+		dir := globDir(g)
 		entries, ok := listed[dir]
 		if !ok {
 			var bad *record.File
@@ -107,14 +104,14 @@ func CollectArtifacts(ws *tmpfs.Workspace, globs []string, lim contract.Limits) 
 		}
 	}
 	if len(files) > lim.MaxCount {
-		return nil, fmt.Errorf("%d files match %s, more than the cap of %d: %w", len(files), strings.Join(globs, " "), lim.MaxCount, contract.ErrTooManyArtifacts)
+		return nil, fmt.Errorf("%d files match %s, more than the cap of %d: %w", len(files), strings.Join(globs, " "), lim.MaxCount, ErrTooManyArtifacts)
 	}
 	var listedBytes int64
 	for _, n := range files {
 		listedBytes += n
 	}
 	if listedBytes > lim.MaxBytes {
-		return nil, fmt.Errorf("%d files of %d bytes in all, more than the cap of %d: %w", len(files), listedBytes, lim.MaxBytes, contract.ErrArtifactsTooLarge)
+		return nil, fmt.Errorf("%d files of %d bytes in all, more than the cap of %d: %w", len(files), listedBytes, lim.MaxBytes, ErrArtifactsTooLarge)
 	}
 	var total int64
 	for _, name := range slices.Sorted(maps.Keys(files)) {
@@ -123,7 +120,7 @@ func CollectArtifacts(ws *tmpfs.Workspace, globs []string, lim contract.Limits) 
 		case errors.Is(err, fs.ErrNotExist):
 			continue // removed since it was listed
 		case errors.Is(err, tmpfs.ErrTooLarge):
-			return nil, fmt.Errorf("%s makes more than the cap of %d bytes: %w", name, lim.MaxBytes, contract.ErrArtifactsTooLarge)
+			return nil, fmt.Errorf("%s makes more than the cap of %d bytes: %w", name, lim.MaxBytes, ErrArtifactsTooLarge)
 		case errors.Is(err, tmpfs.ErrNotRegular), errors.Is(err, tmpfs.ErrSymlink), errors.Is(err, tmpfs.ErrNotOwned):
 			f := record.File{Path: name, Type: "file"}
 			var te *tmpfs.TypeError

@@ -1,6 +1,4 @@
-//go:build linux
-
-package collect_test
+package contract_test
 
 import (
 	"crypto/sha256"
@@ -18,7 +16,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/airlock-run/airlock/contract"
-	"github.com/airlock-run/airlock/internal/collect"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tmpfs"
 )
@@ -113,11 +110,11 @@ func TestReadResult(t *testing.T) {
 	symlink(t, ws, "/etc", "out/etc")
 	mkfifo(t, ws, "out/fifo.json")
 
-	got, err := collect.ReadResult(ws, "out/result.json", 0)
+	got, err := contract.ReadResult(ws, "out/result.json", 0)
 	if err != nil || string(got) != `{"amount": 1500}`+"\n" {
 		t.Errorf("ReadResult(out/result.json) = %q, %v; want the file as written", got, err)
 	}
-	if got, err := collect.ReadResult(ws, "out/scalar.json", 2); err != nil || string(got) != "42" {
+	if got, err := contract.ReadResult(ws, "out/scalar.json", 2); err != nil || string(got) != "42" {
 		t.Errorf("ReadResult(out/scalar.json, 2) = %q, %v; want 42", got, err)
 	}
 
@@ -140,7 +137,7 @@ func TestReadResult(t *testing.T) {
 		{"../result.json", 0, []error{tmpfs.ErrBadPath}},
 	}
 	for _, tt := range tests {
-		got, err := within(t, func() ([]byte, error) { return collect.ReadResult(ws, tt.rel, tt.max) })
+		got, err := within(t, func() ([]byte, error) { return contract.ReadResult(ws, tt.rel, tt.max) })
 		if got != nil {
 			t.Errorf("ReadResult(%s) returned %q with error %v, want no content", tt.rel, got, err)
 		}
@@ -161,7 +158,7 @@ func TestReadResult(t *testing.T) {
 func TestReadResultSymlinkTypeError(t *testing.T) {
 	ws := newWorkspace(t)
 	symlink(t, ws, "/etc/passwd", "result.json")
-	_, err := collect.ReadResult(ws, "result.json", 0)
+	_, err := contract.ReadResult(ws, "result.json", 0)
 	var te *tmpfs.TypeError
 	if !errors.As(err, &te) || te.Type != "symlink" {
 		t.Errorf("ReadResult of a symlink = %v, want a *tmpfs.TypeError of type symlink", err)
@@ -171,7 +168,7 @@ func TestReadResultSymlinkTypeError(t *testing.T) {
 func TestReadResultThenValidate(t *testing.T) {
 	ws := newWorkspace(t)
 	write(t, ws, map[string]string{"out/result.json": `{"id": "inv-7", "amount": "12", "lines": []}`})
-	doc, err := collect.ReadResult(ws, "out/result.json", 0)
+	doc, err := contract.ReadResult(ws, "out/result.json", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,14 +217,14 @@ func TestCollectArtifacts(t *testing.T) {
 	}
 
 	globs := []string{"out/*.csv", "out/*.json", "out/*.JSON", "out/*/*.csv", "out/chart.png", "out/*.txt", "out/*.bin", "*.json", "out/report.csv"}
-	got, err := within(t, func() (*collect.Collected, error) { return collect.CollectArtifacts(ws, globs, contract.Limits{}) })
+	got, err := within(t, func() (*contract.Collected, error) { return contract.CollectArtifacts(ws, globs, contract.Limits{}) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	art := func(name, ct string) record.Artifact {
 		return record.Artifact{Name: name, Bytes: int64(len(files[name])), SHA256: sum(files[name]), ContentType: ct}
 	}
-	want := &collect.Collected{
+	want := &contract.Collected{
 		Artifacts: []record.Artifact{
 			art("out/UPPER.JSON", "application/json"),
 			art("out/blob.bin", "application/octet-stream"),
@@ -269,14 +266,14 @@ func TestCollectArtifacts(t *testing.T) {
 func TestCollectArtifactsNoMatch(t *testing.T) {
 	ws := newWorkspace(t)
 	write(t, ws, map[string]string{"out/a.txt": "a"})
-	got, err := collect.CollectArtifacts(ws, []string{"out/*.csv", "reports/*.pdf"}, contract.Limits{})
+	got, err := contract.CollectArtifacts(ws, []string{"out/*.csv", "reports/*.pdf"}, contract.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(&collect.Collected{Data: map[string][]byte{}}, got); diff != "" {
+	if diff := cmp.Diff(&contract.Collected{Data: map[string][]byte{}}, got); diff != "" {
 		t.Errorf("CollectArtifacts (-want +got):\n%s", diff)
 	}
-	got, err = collect.CollectArtifacts(ws, nil, contract.Limits{})
+	got, err = contract.CollectArtifacts(ws, nil, contract.Limits{})
 	if err != nil || len(got.Artifacts) != 0 || len(got.Refused) != 0 {
 		t.Errorf("CollectArtifacts(no glob) = %+v, %v; want nothing", got, err)
 	}
@@ -294,13 +291,13 @@ func TestCollectArtifactsGlobDirectoryIsASymlink(t *testing.T) {
 		{"out/etc/ssl/*.pem", record.File{Path: "out/etc", Type: "symlink"}},
 		{"out/queue/*", record.File{Path: "out/queue", Type: "fifo"}},
 	} {
-		got, err := within(t, func() (*collect.Collected, error) {
-			return collect.CollectArtifacts(ws, []string{tt.glob}, contract.Limits{})
+		got, err := within(t, func() (*contract.Collected, error) {
+			return contract.CollectArtifacts(ws, []string{tt.glob}, contract.Limits{})
 		})
 		if err != nil {
 			t.Fatalf("CollectArtifacts(%s): %v", tt.glob, err)
 		}
-		want := &collect.Collected{Data: map[string][]byte{}, Refused: []record.File{tt.want}}
+		want := &contract.Collected{Data: map[string][]byte{}, Refused: []record.File{tt.want}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("CollectArtifacts(%s) (-want +got):\n%s", tt.glob, diff)
 		}
@@ -314,10 +311,10 @@ func TestCollectArtifactsCountCap(t *testing.T) {
 		files[fmt.Sprintf("out/%d.txt", i)] = "x"
 	}
 	write(t, ws, files)
-	if got, err := collect.CollectArtifacts(ws, []string{"out/*"}, contract.Limits{MaxCount: 5}); err != nil || len(got.Artifacts) != 5 {
+	if got, err := contract.CollectArtifacts(ws, []string{"out/*"}, contract.Limits{MaxCount: 5}); err != nil || len(got.Artifacts) != 5 {
 		t.Errorf("5 files, cap 5: %v, %v; want 5 artifacts", got, err)
 	}
-	_, err := collect.CollectArtifacts(ws, []string{"out/*"}, contract.Limits{MaxCount: 4})
+	_, err := contract.CollectArtifacts(ws, []string{"out/*"}, contract.Limits{MaxCount: 4})
 	if !errors.Is(err, contract.ErrTooManyArtifacts) || !strings.Contains(err.Error(), "5 files") || !strings.Contains(err.Error(), "cap of 4") {
 		t.Errorf("5 files, cap 4: %v; want ErrTooManyArtifacts naming 5 and 4", err)
 	}
@@ -327,7 +324,7 @@ func TestCollectArtifactsCountCap(t *testing.T) {
 		files[fmt.Sprintf("out/%d.txt", i)] = "x"
 	}
 	write(t, ws, files)
-	_, err = collect.CollectArtifacts(ws, []string{"out/*.txt"}, contract.Limits{})
+	_, err = contract.CollectArtifacts(ws, []string{"out/*.txt"}, contract.Limits{})
 	if !errors.Is(err, contract.ErrTooManyArtifacts) || !strings.Contains(err.Error(), "65 files") || !strings.Contains(err.Error(), "cap of 64") {
 		t.Errorf("65 files, default cap: %v; want ErrTooManyArtifacts naming 65 and 64", err)
 	}
@@ -339,10 +336,10 @@ func TestCollectArtifactsBytesCap(t *testing.T) {
 		"out/a.txt": strings.Repeat("a", 60),
 		"out/b.txt": strings.Repeat("b", 60),
 	})
-	if got, err := collect.CollectArtifacts(ws, []string{"out/*"}, contract.Limits{MaxBytes: 120}); err != nil || got.Bytes() != 120 {
+	if got, err := contract.CollectArtifacts(ws, []string{"out/*"}, contract.Limits{MaxBytes: 120}); err != nil || got.Bytes() != 120 {
 		t.Errorf("120 bytes, cap 120: %v, %v; want both files", got, err)
 	}
-	_, err := collect.CollectArtifacts(ws, []string{"out/*"}, contract.Limits{MaxBytes: 100})
+	_, err := contract.CollectArtifacts(ws, []string{"out/*"}, contract.Limits{MaxBytes: 100})
 	if !errors.Is(err, contract.ErrArtifactsTooLarge) || !strings.Contains(err.Error(), "120 bytes") || !strings.Contains(err.Error(), "cap of 100") {
 		t.Errorf("120 bytes, cap 100: %v; want ErrArtifactsTooLarge naming 120 and 100", err)
 	}
@@ -355,7 +352,7 @@ func TestCollectArtifactsBytesCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	_, err = collect.CollectArtifacts(ws, []string{"out/*.bin"}, contract.Limits{})
+	_, err = contract.CollectArtifacts(ws, []string{"out/*.bin"}, contract.Limits{})
 	if !errors.Is(err, contract.ErrArtifactsTooLarge) || !strings.Contains(err.Error(), fmt.Sprint(contract.DefaultMaxBytes)) {
 		t.Errorf("a file above the default cap: %v; want ErrArtifactsTooLarge naming %d", err, contract.DefaultMaxBytes)
 	}
@@ -382,7 +379,7 @@ func TestCheckGlob(t *testing.T) {
 			t.Errorf("CheckGlob(%q) = %v, want ErrBadGlob containing %q", tt.glob, err, tt.want)
 		}
 		ws := newWorkspace(t)
-		if _, err := collect.CollectArtifacts(ws, []string{"out/*", tt.glob}, contract.Limits{}); !errors.Is(err, contract.ErrBadGlob) {
+		if _, err := contract.CollectArtifacts(ws, []string{"out/*", tt.glob}, contract.Limits{}); !errors.Is(err, contract.ErrBadGlob) {
 			t.Errorf("CollectArtifacts(%q) = %v, want ErrBadGlob", tt.glob, err)
 		}
 	}

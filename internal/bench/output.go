@@ -19,7 +19,6 @@ import (
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/events"
-	"github.com/airlock-run/airlock/internal/collect"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/tmpfs"
@@ -60,7 +59,7 @@ func measureValidate(ws *tmpfs.Workspace, iters int, acc *overheadAcc) error {
 	var tr, tc, tv time.Duration
 	for range iters {
 		t0 := time.Now()
-		res, err := collect.ReadResult(ws, "out/result.json", 0)
+		res, err := contract.ReadResult(ws, "out/result.json", 0)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,65 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestViewOps checks the view's list of operations as data: the root's
+// tmpfs first and the pivot last, every bind attached inside it and
+// read-only but the workspace and the device nodes, every masked and
+// read-only /proc path after /proc is mounted, the operator's binds in.
+func TestViewOps(t *testing.T) {
+	c := viewConfig{Workspace: "/srv/slot/ws", Base: "/srv/slot", UID: 200000, GID: 200000,
+		Binds: []Bind{{Src: "/opt/tool"}, {Src: "/srv/venv", Dst: "/venv"}}}
+	ops := viewOps(c)
+	if ops[0].kind != opMount || ops[0].dst != "/" || ops[len(ops)-1].kind != opPivot {
+		t.Fatalf("first %+v, last %+v", ops[0], ops[len(ops)-1])
+	}
+	index := func(kind opKind, dst string) int {
+		return slices.IndexFunc(ops, func(o viewOp) bool { return o.kind == kind && o.dst == dst })
+	}
+	devTmpfs, proc := index(opMount, "/dev"), index(opMount, "/proc")
+	if devTmpfs < 0 || proc < 0 {
+		t.Fatal("no /dev or /proc mount")
+	}
+	for i, o := range ops {
+		if o.kind != opBind {
+			continue
+		}
+		if i < devTmpfs || i > proc {
+			t.Errorf("bind %s at %d, outside the root's tmpfs and /dev (%d) or after /proc (%d)", o.dst, i, devTmpfs, proc)
+		}
+		writable := o.attrs&unix.MOUNT_ATTR_RDONLY == 0
+		if writable && o.dst != Workdir && !slices.Contains(viewDevices, strings.TrimPrefix(o.dst, "/dev/")) {
+			t.Errorf("bind %s (from %s) is writable", o.dst, o.src)
+		}
+		if o.attrs&unix.MOUNT_ATTR_NOSUID == 0 {
+			t.Errorf("bind %s allows setuid", o.dst)
+		}
+	}
+	for _, name := range maskedProc {
+		if i := index(opMask, "/proc/"+name); i < proc {
+			t.Errorf("/proc/%s masked at %d, before /proc is mounted (%d)", name, i, proc)
+		}
+	}
+	for _, name := range readonlyProc {
+		if i := index(opReadOnly, "/proc/"+name); i < proc {
+			t.Errorf("/proc/%s read-only at %d, before /proc is mounted (%d)", name, i, proc)
+		}
+	}
+	if i := index(opBindData, "/proc/sys/kernel/random/boot_id"); i < proc {
+		t.Error("boot_id not replaced after /proc is mounted")
+	}
+	if index(opBind, "/opt/tool") < 0 || index(opBind, "/venv") < 0 || index(opBind, Workdir) < 0 {
+		t.Error("an operator's bind or the workspace is missing")
+	}
+	if index(opMask, "/etc/ssl/private") < 0 || index(opSetattr, "/dev") < 0 {
+		t.Error("ssl/private not masked or /dev not read-only")
+	}
+}
