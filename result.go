@@ -11,7 +11,6 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/promote/storage"
 	"github.com/airlock-run/airlock/record"
 )
@@ -41,7 +40,7 @@ func (e *NotPromotedError) Is(target error) bool { return target == ErrNotPromot
 
 // Published is a promoted run's output, as the store holds it.
 type Published struct {
-	Manifest promote.Manifest
+	Manifest approve.Manifest
 	// Result is the JSON result (nil when the run had none).
 	Result json.RawMessage
 	// Where is where the store holds it: a directory of the worker's
@@ -149,7 +148,7 @@ func (c *Client) published(ctx context.Context, taskID string, info *asynq.TaskI
 		return nil, fmt.Errorf("airlock: %s holds task %s, not %s", where, p.Manifest.TaskID, taskID)
 	}
 	if p.Manifest.Result != nil {
-		rb, err := storage.ReadFile(ctx, where, promote.ResultName, maxResult)
+		rb, err := storage.ReadFile(ctx, where, approve.ResultName, maxResult)
 		if err != nil {
 			return nil, fmt.Errorf("airlock: %s: %w", where, err)
 		}

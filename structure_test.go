@@ -2,9 +2,16 @@ package airlock_test
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -216,5 +223,108 @@ func TestProductionWorkerLinksNoDevMode(t *testing.T) {
 		case tags == "" && !slices.Contains(dev, module+"examples/csv-report"):
 			t.Errorf("the default worker build lacks dev mode's demo (go run ./cmd/worker -dev): dev packages %v", dev)
 		}
+	}
+}
+
+// frontEnds are the packages that take an approver's or a client's
+// request (HTTP, MCP, the CLIs): they read and decide approvals and queue
+// tasks, and never confine anything.
+var frontEnds = []string{
+	"./httpapi", "./internal/mcpserver", "./cmd/api", "./cmd/mcp", "./cmd/approve", "./cmd/enqueue",
+}
+
+// A front end never imports the sandbox, by any path, on any platform:
+// isolation is decided and done in internal/sandbox, which only the
+// worker runs.
+func TestFrontEndsImportNoSandbox(t *testing.T) {
+	for _, goos := range []string{"linux", "darwin", "windows"} {
+		for _, p := range goList(t, goos, frontEnds...) {
+			if p.Error != nil {
+				t.Errorf("GOOS=%s %s: %s", goos, p.ImportPath, p.Error.Err)
+			}
+			for _, d := range p.Deps {
+				if d == module+"internal/sandbox" || strings.HasPrefix(d, module+"internal/sandbox/") {
+					t.Errorf("GOOS=%s: front end %s imports %s", goos, p.ImportPath, d)
+				}
+			}
+		}
+	}
+}
+
+// The approval lifecycle has one owner, package approve: every transition
+// (park, decide, expire, promote) and the sink interface it publishes
+// through. It imports none of the stores (promote and below), nor anything
+// that runs tasks or serves requests.
+func TestApproveImportsNoStoreOrCaller(t *testing.T) {
+	for _, goos := range []string{"linux", "darwin", "windows"} {
+		for _, p := range goList(t, goos, "./approve") {
+			for _, d := range p.Deps {
+				for _, banned := range []string{"promote", "worker", "httpapi", "internal/mcpserver", "webhook", "internal/sandbox", "cmd"} {
+					if d == module+banned || strings.HasPrefix(d, module+banned+"/") {
+						t.Errorf("GOOS=%s: approve imports %s", goos, d)
+					}
+				}
+			}
+		}
+	}
+}
+
+// storeUses are what a store (package promote and below) may use of
+// package approve: the types of a publication, never the approval store
+// or a transition. A store writes files; approve decides when.
+var storeUses = []string{"Manifest", "ErrConflict", "ResultName", "Sink", "RunSummary"}
+
+// approvalKeys matches a string literal that spells a key of the approval
+// store (an approval's hash, an index): only package approve reads or
+// writes them.
+var approvalKeys = regexp.MustCompile(`approval:\{|approvals:(pending|expiry|accepted|unpromoted|rejected|expired|all)\b|^audit$|^staged$`)
+
+// Only package approve writes approval state: outside it, no source file
+// (tests aside) spells the store's keys, and the stores use approve's
+// types only.
+func TestApprovalLifecycleHasOneOwner(t *testing.T) {
+	fset := token.NewFileSet()
+	checked := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path == "approve" || d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") && path != "." {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		checked++
+		store := path == "promote" || strings.HasPrefix(path, "promote/")
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.BasicLit:
+				if n.Kind == token.STRING {
+					if s, err := strconv.Unquote(n.Value); err == nil && approvalKeys.MatchString(s) {
+						t.Errorf("%s: %q spells a key of the approval store, which only package approve touches", fset.Position(n.Pos()), s)
+					}
+				}
+			case *ast.SelectorExpr:
+				if id, ok := n.X.(*ast.Ident); ok && id.Name == "approve" && store && !slices.Contains(storeUses, n.Sel.Name) {
+					t.Errorf("%s: a store uses approve.%s; stores use only %v of approve", fset.Position(n.Pos()), n.Sel.Name, storeUses)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("checked %d source files; the walk missed the tree", checked)
 	}
 }

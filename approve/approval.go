@@ -1,9 +1,17 @@
-// Package approve is the approval queue: parked runs waiting for a human to
-// accept or reject what they produced, kept in Redis through a go-redis
-// UniversalClient (single node, Sentinel or Cluster: one approval's keys
-// share a hash slot). Every transition is atomic and appended to an audit
-// stream; when two approvers decide at once exactly one wins, and the other
-// is told who decided what and when.
+// Package approve owns the approval lifecycle: parked runs waiting for a
+// human to accept or reject what they produced, and every transition of
+// them, promotion included. The Store keeps approvals in Redis through a
+// go-redis UniversalClient (single node, Sentinel or Cluster: one
+// approval's keys share a hash slot); every transition is atomic and
+// appended to an audit stream, and when two approvers decide at once
+// exactly one wins, and the other is told who decided what and when.
+//
+// Accept (every front end's accept) decides and queues the promotion
+// (Enqueue, TypePromote); a Promoter publishes an accepted approval's
+// output through a Sink, exactly once, and marks it promoted. The stores
+// that implement Sink (a directory, S3) are package promote's, as
+// litestream keeps its backends apart from its replication. View and
+// Summary are the one shape of an approval for the CLI and the API.
 package approve
 
 import (

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-run/airlock/promote"
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/record"
 	"github.com/google/go-cmp/cmp"
 )
@@ -84,7 +84,7 @@ func TestParkAcceptPromote(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{"result.json": `{"total": 42}`, "out/report.csv": "a,b\n1,2\n"}, got); diff != "" {
 		t.Errorf("published (-want +got):\n%s", diff)
 	}
-	var m promote.Manifest
+	var m approve.Manifest
 	mb, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if err != nil || json.Unmarshal(mb, &m) != nil {
 		t.Fatalf("manifest: %v %s", err, mb)

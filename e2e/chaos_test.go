@@ -22,7 +22,6 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/internal/redisconn"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -224,7 +223,7 @@ func TestChaos(t *testing.T) {
 				pending, err := st.List(approversCtx, approve.StatePending, 0)
 				if err == nil {
 					for _, p := range pending {
-						_, _, err := promote.Accept(approversCtx, st, ac, p.ID, by, "chaos")
+						_, _, err := approve.Accept(approversCtx, st, ac, p.ID, by, "chaos")
 						var de *approve.DecidedError
 						switch {
 						case err == nil:

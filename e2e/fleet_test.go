@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
-	"github.com/airlock-run/airlock/promote"
 )
 
 // A fleet is N real worker processes on one Redis, as N hosts would run
@@ -535,7 +535,7 @@ func (f *fleet) leftovers() []string {
 // publication is one task directory of the store.
 type publication struct {
 	dir      string
-	manifest promote.Manifest
+	manifest approve.Manifest
 	problems []string // files that do not match the manifest
 }
 
@@ -586,7 +586,7 @@ func (pub *publication) check() {
 	}
 	want := map[string]string{}
 	if r := pub.manifest.Result; r != nil {
-		want[promote.ResultName] = r.SHA256
+		want[approve.ResultName] = r.SHA256
 	}
 	for _, a := range pub.manifest.Artifacts {
 		want[a.Name] = a.SHA256

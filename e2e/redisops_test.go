@@ -20,7 +20,6 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/internal/redisconn"
-	"github.com/airlock-run/airlock/promote"
 )
 
 // TestScaleOutRedisOps measures the Redis commands a task costs, on a
@@ -123,7 +122,7 @@ func TestScaleOutRedisOps(t *testing.T) {
 			}
 			a1 := mon.snapshot()
 			for _, id := range aids {
-				if _, _, err := promote.Accept(ctx, st, ac, id, "ops", ""); err != nil {
+				if _, _, err := approve.Accept(ctx, st, ac, id, "ops", ""); err != nil {
 					t.Fatal(err)
 				}
 			}

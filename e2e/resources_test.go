@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/redistest"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -310,7 +310,7 @@ func TestTasksOfOneRunPublish(t *testing.T) {
 		recs = append(recs, rec)
 	}
 	for i, rec := range recs {
-		var m promote.Manifest
+		var m approve.Manifest
 		mb, err := os.ReadFile(filepath.Join(rec.PublishedTo, "manifest.json"))
 		if err != nil || json.Unmarshal(mb, &m) != nil || m.TaskID != rec.TaskID || m.ApprovalID != rec.ApprovalID {
 			t.Errorf("task %d: manifest %s (%v)", i, mb, err)

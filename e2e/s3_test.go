@@ -22,7 +22,6 @@ import (
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/internal/redistest"
 	"github.com/airlock-run/airlock/internal/s3test"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -79,12 +78,12 @@ func TestS3StoreResult(t *testing.T) {
 	if err := rdb.HSet(ctx, keys[1], "out/report.csv", "a,b\n1,2\n").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := promote.Enqueue(ctx, asynq.NewClientFromRedisClient(rdb), b.queue, rec.ApprovalID); err != nil {
+	if err := approve.Enqueue(ctx, asynq.NewClientFromRedisClient(rdb), b.queue, rec.ApprovalID); err != nil {
 		t.Fatal(err)
 	}
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	ok := eventually(time.Minute, func() bool {
-		info, err := insp.GetTaskInfo(b.queue, promote.TaskID(rec.ApprovalID))
+		info, err := insp.GetTaskInfo(b.queue, approve.TaskID(rec.ApprovalID))
 		return err == nil && info.State == asynq.TaskStateCompleted
 	})
 	if !ok {

@@ -20,7 +20,6 @@ import (
 	"github.com/airlock-run/airlock/approve/approvetest"
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/redistest"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -136,7 +135,7 @@ func TestScaleOut(t *testing.T) {
 			approvers.Add(1)
 			go func() {
 				defer approvers.Done()
-				_, _, err := promote.Accept(ctx, st, ac, rec.ApprovalID, fmt.Sprintf("approver-%d", a), "scale-out")
+				_, _, err := approve.Accept(ctx, st, ac, rec.ApprovalID, fmt.Sprintf("approver-%d", a), "scale-out")
 				var de *approve.DecidedError
 				switch {
 				case err == nil:

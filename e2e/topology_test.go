@@ -20,9 +20,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/internal/redisconn"
 	"github.com/airlock-run/airlock/internal/redistest"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -200,7 +200,7 @@ func flowOn(t *testing.T, b *bundle, store string) {
 	for _, ti := range done {
 		types[ti.Type]++
 	}
-	if diff := cmp.Diff(map[string]int{tasks.TypeRun: 2, promote.TypePromote: 2}, types); err != nil || diff != "" {
+	if diff := cmp.Diff(map[string]int{tasks.TypeRun: 2, approve.TypePromote: 2}, types); err != nil || diff != "" {
 		t.Errorf("asynq ListCompletedTasks (-want +got): %v\n%s", err, diff)
 	}
 	// The worker ran each task once.

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -221,7 +220,7 @@ func (h *Handler) readDecision(w http.ResponseWriter, r *http.Request) (approve.
 	return out, h.checkApproval(w, r, r.PathValue("id"))
 }
 
-// accept serves POST /v1/approvals/{id}/accept: promote.Accept, as
+// accept serves POST /v1/approvals/{id}/accept: approve.Accept, as
 // `approve accept` does.
 func (h *Handler) accept(w http.ResponseWriter, r *http.Request) {
 	d, ok := h.readDecision(w, r)
@@ -229,7 +228,7 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	a, warn, err := promote.AcceptDecision(r.Context(), h.store, h.promotions, id, d)
+	a, warn, err := approve.AcceptDecision(r.Context(), h.store, h.promotions, id, d)
 	if warn != nil {
 		h.log.Warn().Str("approval_id", id).Err(warn).Msg("accept")
 	}

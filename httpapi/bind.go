@@ -11,7 +11,6 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -42,7 +41,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, spec *tasks.Spec
 	}
 	queue := spec.Queue
 	if queue == "" {
-		queue = promote.DefaultQueue
+		queue = approve.DefaultQueue
 	}
 	if !h.allowQueue(w, r, "queue", queue) {
 		return false
@@ -100,7 +99,7 @@ func (h *Handler) locate(ctx context.Context, t *Token, taskID string) (string, 
 // approvalQueue is the queue of approval a's run.
 func approvalQueue(a *approve.Approval) string {
 	if a.Run.Queue == "" {
-		return promote.DefaultQueue
+		return approve.DefaultQueue
 	}
 	return a.Run.Queue
 }

@@ -115,15 +115,15 @@ func newEnv(t *testing.T, opts httpapi.Options) *env {
 // an output is parked (result {"total": 42}, artifact out/report.csv),
 // one without completes; a run whose spec holds the file "hold" waits for
 // releaseRuns first. Promote tasks publish into a temporary store with the
-// real promote.Promoter.
+// real approve.Promoter.
 func (e *env) serveFake() {
 	e.t.Helper()
 	// The promoter's store appends the "promoted" event (MarkPromoted).
-	promoter := &promote.Promoter{Store: e.store, Sink: &promote.FS{Dir: e.t.TempDir()}, Worker: "fake"}
+	promoter := &approve.Promoter{Store: e.store, Sink: &promote.FS{Dir: e.t.TempDir()}, Worker: "fake"}
 	redistest.Serve(e.t, e.queue, func(ctx context.Context, task *asynq.Task) error {
 		switch task.Type() {
-		case promote.TypePromote:
-			var p promote.Payload
+		case approve.TypePromote:
+			var p approve.Payload
 			if err := json.Unmarshal(task.Payload(), &p); err != nil {
 				return err
 			}

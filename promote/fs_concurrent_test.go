@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/promote"
 )
 
@@ -29,7 +30,7 @@ func TestFSConcurrentPublish(t *testing.T) {
 	landed := 0
 	for round := 0; round < rounds; round++ {
 		id := fmt.Sprintf("ap-%04d", round)
-		m := &promote.Manifest{RunID: "run", TaskID: "task-" + id, ApprovalID: id}
+		m := &approve.Manifest{RunID: "run", TaskID: "task-" + id, ApprovalID: id}
 		var wg sync.WaitGroup
 		pub := make([]bool, len(sinks))
 		errs := make([]error, len(sinks))

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/promote"
 )
 
@@ -24,7 +25,7 @@ func TestSinkModes(t *testing.T) {
 		}
 		dir := filepath.Join(t.TempDir(), "store")
 		s := &promote.FS{Dir: dir, ReadGroup: tc.group}
-		m := &promote.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a"}
+		m := &approve.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a"}
 		if _, err := s.Publish(context.Background(), m, map[string][]byte{"out/x.csv": []byte("1")}); err != nil {
 			t.Fatal(err)
 		}

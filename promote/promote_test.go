@@ -30,7 +30,7 @@ type bundle struct {
 	prefix   string
 	store    *approve.Store
 	sink     *promote.FS
-	promoter *promote.Promoter
+	promoter *approve.Promoter
 	dir      string
 }
 
@@ -46,7 +46,7 @@ func setup(t *testing.T) *bundle {
 	})
 	b := &bundle{rdb: rdb, prefix: prefix, store: approve.NewStore(rdb, approve.Options{Prefix: prefix}), dir: t.TempDir()}
 	b.sink = &promote.FS{Dir: b.dir}
-	b.promoter = &promote.Promoter{Store: b.store, Sink: b.sink, Worker: "test"}
+	b.promoter = &approve.Promoter{Store: b.store, Sink: b.sink, Worker: "test"}
 	return b
 }
 
@@ -72,7 +72,7 @@ func (b *bundle) parkAccepted(t *testing.T, id string) map[string][]byte {
 	if _, err := b.store.Accept(context.Background(), id, "alice", "ok"); err != nil {
 		t.Fatal(err)
 	}
-	data[promote.ResultName] = result
+	data[approve.ResultName] = result
 	return data
 }
 
@@ -103,7 +103,7 @@ func TestPromoteOnce(t *testing.T) {
 		t.Fatalf("promote: published=%v err=%v", pub, err)
 	}
 	got := published(t, filepath.Join(b.dir, "run-ap-1", "task-ap-1"))
-	var man promote.Manifest
+	var man approve.Manifest
 	if err := json.Unmarshal(got["manifest.json"], &man); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestPromoteOnce(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("published files (-want +got):\n%s", diff)
 	}
-	if man.ApprovalID != "ap-1" || man.AcceptedBy != "alice" || man.Result.SHA256 != sum(want[promote.ResultName]) || len(man.Artifacts) != 2 {
+	if man.ApprovalID != "ap-1" || man.AcceptedBy != "alice" || man.Result.SHA256 != sum(want[approve.ResultName]) || len(man.Artifacts) != 2 {
 		t.Errorf("manifest: %+v", man)
 	}
 	if m.RunID != "run-ap-1" || m.TaskID != "task-ap-1" {
@@ -166,7 +166,7 @@ func TestPromoteAfterCrash(t *testing.T) {
 	// Crash between publication and MarkPromoted: simulate by publishing
 	// through the sink directly for a fresh approval, then promoting.
 	b.parkAccepted(t, "ap-3")
-	m := &promote.Manifest{RunID: "run-ap-3", TaskID: "task-ap-3", ApprovalID: "ap-3"}
+	m := &approve.Manifest{RunID: "run-ap-3", TaskID: "task-ap-3", ApprovalID: "ap-3"}
 	if _, err := b.sink.Publish(context.Background(), m, map[string][]byte{"x": []byte("1")}); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestPromoteRefusesAlteredBytes(t *testing.T) {
 	// the sha256 of what the approver saw.
 	tamper(t, b, "ap-4", "out/a.csv", []byte("evil\n"))
 	_, _, err := b.promoter.Promote(context.Background(), "ap-4")
-	if !errors.Is(err, promote.ErrRefused) {
+	if !errors.Is(err, approve.ErrRefused) {
 		t.Fatalf("want ErrRefused, got %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(b.dir, "run-ap-4")); !os.IsNotExist(err) {
@@ -199,10 +199,10 @@ func TestPromoteRefusesUnaccepted(t *testing.T) {
 	if _, _, err := b.store.Park(context.Background(), a, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.promoter.Promote(context.Background(), "ap-5"); !errors.Is(err, promote.ErrRefused) {
+	if _, _, err := b.promoter.Promote(context.Background(), "ap-5"); !errors.Is(err, approve.ErrRefused) {
 		t.Fatalf("pending: want ErrRefused, got %v", err)
 	}
-	if _, _, err := b.promoter.Promote(context.Background(), "ap-missing"); !errors.Is(err, promote.ErrRefused) {
+	if _, _, err := b.promoter.Promote(context.Background(), "ap-missing"); !errors.Is(err, approve.ErrRefused) {
 		t.Fatalf("missing: want ErrRefused, got %v", err)
 	}
 }
@@ -210,20 +210,20 @@ func TestPromoteRefusesUnaccepted(t *testing.T) {
 func TestSinkConflict(t *testing.T) {
 	dir := t.TempDir()
 	s := &promote.FS{Dir: dir}
-	if _, err := s.Publish(context.Background(), &promote.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a1"}, nil); err != nil {
+	if _, err := s.Publish(context.Background(), &approve.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The same task published from another approval: refused, the first
 	// publication stays.
-	if _, err := s.Publish(context.Background(), &promote.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a2"}, nil); !errors.Is(err, promote.ErrConflict) {
+	if _, err := s.Publish(context.Background(), &approve.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a2"}, nil); !errors.Is(err, approve.ErrConflict) {
 		t.Fatalf("want ErrConflict, got %v", err)
 	}
 	for _, bad := range []string{"../x", "/etc/x", "manifest.json"} {
-		if _, err := s.Publish(context.Background(), &promote.Manifest{RunID: "r2", TaskID: "t", ApprovalID: "a"}, map[string][]byte{bad: nil}); err == nil {
+		if _, err := s.Publish(context.Background(), &approve.Manifest{RunID: "r2", TaskID: "t", ApprovalID: "a"}, map[string][]byte{bad: nil}); err == nil {
 			t.Errorf("artifact %q was accepted", bad)
 		}
 	}
-	for _, m := range []promote.Manifest{
+	for _, m := range []approve.Manifest{
 		{RunID: "r", TaskID: "", ApprovalID: "a3"}, {RunID: "r", TaskID: "../t", ApprovalID: "a3"},
 		{RunID: ".staging", TaskID: "t", ApprovalID: "a3"}, {RunID: "r", TaskID: "t3", ApprovalID: "../a3"},
 	} {
@@ -240,7 +240,7 @@ func TestSinkTasksOfOneRun(t *testing.T) {
 	dir := t.TempDir()
 	s := &promote.FS{Dir: dir}
 	for _, task := range []string{"extract", "transform", "intruder"} {
-		m := &promote.Manifest{RunID: "agent-run-7", TaskID: task, ApprovalID: "ap-" + task}
+		m := &approve.Manifest{RunID: "agent-run-7", TaskID: task, ApprovalID: "ap-" + task}
 		if pub, err := s.Publish(context.Background(), m, map[string][]byte{"result.json": []byte(`"` + task + `"`)}); err != nil || !pub {
 			t.Fatalf("%s: published=%v err=%v", task, pub, err)
 		}
@@ -296,7 +296,7 @@ func TestPromoteParked(t *testing.T) {
 		t.Fatalf("PromoteParked = published %v, %v", published, err)
 	}
 	got := publishedFiles(t, b.sink.Where(m.RunID, m.TaskID))
-	want := map[string][]byte{"out/a.csv": data["out/a.csv"], promote.ResultName: result}
+	want := map[string][]byte{"out/a.csv": data["out/a.csv"], approve.ResultName: result}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("published files (-want +got):\n%s", diff)
 	}
@@ -307,7 +307,7 @@ func TestPromoteParked(t *testing.T) {
 
 	other := park("ap-parked-tampered")
 	_, _, _, err = b.promoter.PromoteParked(ctx, other, map[string][]byte{"out/a.csv": []byte("y\n2\n")})
-	if !errors.Is(err, promote.ErrRefused) {
+	if !errors.Is(err, approve.ErrRefused) {
 		t.Fatalf("PromoteParked with other bytes = %v, want ErrRefused", err)
 	}
 }
@@ -328,7 +328,7 @@ func TestFSPublishManyFiles(t *testing.T) {
 	for i := range 150 {
 		files[filepath.Join("out", "d"+strconv.Itoa(i%3), "f"+strconv.Itoa(i)+".txt")] = []byte(strconv.Itoa(i))
 	}
-	m := &promote.Manifest{RunID: "run-many", TaskID: "task-many", ApprovalID: "ap-many", Artifacts: []record.Artifact{}}
+	m := &approve.Manifest{RunID: "run-many", TaskID: "task-many", ApprovalID: "ap-many", Artifacts: []record.Artifact{}}
 	published, err := sink.Publish(context.Background(), m, files)
 	if err != nil || !published {
 		t.Fatalf("Publish = %v, %v", published, err)
@@ -359,7 +359,7 @@ func TestFSSweepsStaleStaging(t *testing.T) {
 	if err := os.Chtimes(old, past, past); err != nil {
 		t.Fatal(err)
 	}
-	m := &promote.Manifest{RunID: "run-s", TaskID: "task-s", ApprovalID: "ap-s", Artifacts: []record.Artifact{}}
+	m := &approve.Manifest{RunID: "run-s", TaskID: "task-s", ApprovalID: "ap-s", Artifacts: []record.Artifact{}}
 	if _, err := sink.Publish(context.Background(), m, map[string][]byte{"out/x": []byte("1")}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -24,10 +25,10 @@ func BenchmarkFSPublish(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := n.Add(1)
-			m := &Manifest{RunID: fmt.Sprintf("run-%d", i), TaskID: fmt.Sprintf("task-%d", i), ApprovalID: fmt.Sprintf("ap-%d", i),
+			m := &approve.Manifest{RunID: fmt.Sprintf("run-%d", i), TaskID: fmt.Sprintf("task-%d", i), ApprovalID: fmt.Sprintf("ap-%d", i),
 				AcceptedBy: "policy:default", AcceptedAt: time.Now(), PromotedAt: time.Now(),
-				Result: &record.Artifact{Name: ResultName, Bytes: int64(len(result))}, Artifacts: []record.Artifact{}}
-			if _, err := s.Publish(context.Background(), m, map[string][]byte{ResultName: result}); err != nil {
+				Result: &record.Artifact{Name: approve.ResultName, Bytes: int64(len(result))}, Artifacts: []record.Artifact{}}
+			if _, err := s.Publish(context.Background(), m, map[string][]byte{approve.ResultName: result}); err != nil {
 				b.Error(err)
 				return
 			}

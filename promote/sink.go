@@ -1,3 +1,11 @@
+// Package promote holds the stores that approved output is published to,
+// as litestream keeps its backends: FS, a directory (this file), s3store,
+// an S3 bucket, and storage.Open, which opens either from a URL and reads
+// a publication back (Reader). Each store implements approve.Sink: package
+// approve owns every transition of an approval, promotion included, and
+// publishes through the Sink it is given; a store only writes a run's
+// files and manifest, all at once or not at all, exactly once per
+// approval.
 package promote
 
 import (
@@ -14,52 +22,18 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 )
 
-// Manifest is the provenance of a publication, written last, as
-// <run_id>/<task_id>/manifest.json.
-type Manifest struct {
-	RunID      string             `json:"run_id"`
-	TaskID     string             `json:"task_id"`
-	ApprovalID string             `json:"approval_id"`
-	AcceptedBy string             `json:"accepted_by"` // a login, or "policy:<rule>" when auto-promoted
-	AcceptedAt time.Time          `json:"accepted_at"`
-	Comment    string             `json:"comment,omitempty"`
-	Reasons    []string           `json:"reasons"`
-	Result     *record.Artifact   `json:"result,omitempty"`
-	Artifacts  []record.Artifact  `json:"artifacts"`
-	Run        approve.RunSummary `json:"run"`
-	PromotedAt time.Time          `json:"promoted_at"`
-	PromotedBy string             `json:"promoted_by"` // worker and version
-}
-
-// ResultName is where a run's JSON result is published.
-const ResultName = "result.json"
-
-// Sink is durable storage for promoted outputs. Publish makes a run's files
-// and manifest visible all at once or not at all; publishing the same
-// approval again changes nothing and reports published=false.
-type Sink interface {
-	Publish(ctx context.Context, m *Manifest, files map[string][]byte) (published bool, err error)
-	// Where says where the output of a run's task is published, for
-	// records and logs.
-	Where(runID, taskID string) string
-}
-
-// Reader reads a file of a publication back from where its Sink said it
-// is (Where): at most max bytes, a larger file being an error, and a
-// missing one an error matching fs.ErrNotExist. A reader reads the
-// manifest first: a run is published only once its manifest exists.
+// Reader reads a file of a publication back from where its store said it
+// is (approve.Sink's Where): at most max bytes, a larger file being an
+// error, and a missing one an error matching fs.ErrNotExist. A reader
+// reads the manifest first: a run is published only once its manifest
+// exists.
 // Package storage has the Reader of both stores (directory and S3).
 type Reader interface {
 	ReadFile(ctx context.Context, where, name string, max int64) ([]byte, error)
 }
-
-// ErrConflict is returned when a run's output was already published from
-// another approval.
-var ErrConflict = errors.New("run already published from another approval")
 
 // FS publishes into a directory, each task of a run under its own name:
 // <dir>/<run_id>/<task_id>/ holds the task's result.json, its artifacts and
@@ -161,8 +135,8 @@ func (s *FS) syncRoot() error {
 	return s.rootSync.sync(s.Dir)
 }
 
-// Publish implements Sink.
-func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) (bool, error) {
+// Publish implements approve.Sink.
+func (s *FS) Publish(ctx context.Context, m *approve.Manifest, files map[string][]byte) (bool, error) {
 	for _, id := range []struct{ field, v string }{{"run_id", m.RunID}, {"task_id", m.TaskID}, {"approval_id", m.ApprovalID}} {
 		if err := tasks.CheckPath(id.field, id.v); err != nil || strings.Contains(id.v, "/") || strings.HasPrefix(id.v, ".") {
 			return false, fmt.Errorf("promote: %s %q cannot name a directory", id.field, id.v)
@@ -285,7 +259,7 @@ func (s *FS) Publish(ctx context.Context, m *Manifest, files map[string][]byte) 
 			os.RemoveAll(staging)
 			done, err := s.already(final, m.ApprovalID)
 			if err == nil && !done {
-				err = ErrConflict
+				err = approve.ErrConflict
 			}
 			return false, err
 		}
@@ -358,24 +332,24 @@ func (s *FS) stage(root, id string) (string, error) {
 }
 
 // already reports whether final holds the publication of approvalID; a
-// publication of another approval is ErrConflict.
+// publication of another approval is approve.ErrConflict.
 func (s *FS) already(final, approvalID string) (bool, error) {
 	b, err := os.ReadFile(filepath.Join(final, "manifest.json"))
 	if errors.Is(err, os.ErrNotExist) {
 		if _, serr := os.Stat(final); serr == nil {
-			return false, fmt.Errorf("%w: %s exists without a manifest", ErrConflict, final)
+			return false, fmt.Errorf("%w: %s exists without a manifest", approve.ErrConflict, final)
 		}
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	var old Manifest
+	var old approve.Manifest
 	if err := json.Unmarshal(b, &old); err != nil {
 		return false, fmt.Errorf("promote: %s/manifest.json: %w", final, err)
 	}
 	if old.ApprovalID != approvalID {
-		return false, fmt.Errorf("%w: %s holds approval %s", ErrConflict, final, old.ApprovalID)
+		return false, fmt.Errorf("%w: %s holds approval %s", approve.ErrConflict, final, old.ApprovalID)
 	}
 	return true, nil
 }

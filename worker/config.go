@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/actions"
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/promote"
@@ -89,7 +90,7 @@ type Config struct {
 	// definitions a call ({"action": NAME, "params": ...}) runs. Nil:
 	// the worker runs no action, and refuses every call.
 	Actions     *actions.Catalog
-	Sink        promote.Sink    // default promote.FS{Dir: "airlock-store"}
+	Sink        approve.Sink    // default promote.FS{Dir: "airlock-store"}
 	ApprovalTTL time.Duration   // pending approvals expire after it; default 72h
 	Artifacts   contract.Limits // caps of result and artifacts; defaults in contract
 	MaxStaged   int64           // staged artifact bytes per approval; default 32 MiB

@@ -17,7 +17,6 @@ import (
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/secrets"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -143,7 +142,7 @@ func (w *Worker) report(ctx context.Context, rec *record.Run, out outcome) error
 		rec.Error = failure(rec)
 	}
 	if out.promote != "" {
-		if err := promote.Enqueue(ctx, w.asynq, rec.Queue, out.promote); err != nil {
+		if err := approve.Enqueue(ctx, w.asynq, rec.Queue, out.promote); err != nil {
 			// The sweeper queues it later; the record says accepted.
 			rec.Error = joinErr(rec.Error, "queue promotion: "+err.Error())
 		}
@@ -371,9 +370,9 @@ func (w *Worker) eventFailed(rec *record.Run, err error) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// handlePromote is the asynq handler of promote.TypePromote.
+// handlePromote is the asynq handler of approve.TypePromote.
 func (w *Worker) handlePromote(ctx context.Context, t *asynq.Task) error {
-	var p promote.Payload
+	var p approve.Payload
 	if err := json.Unmarshal(t.Payload(), &p); err != nil || p.ApprovalID == "" {
 		return fmt.Errorf("promote: bad payload: %w", asynq.SkipRetry)
 	}
@@ -382,7 +381,7 @@ func (w *Worker) handlePromote(ctx context.Context, t *asynq.Task) error {
 	if o := w.cfg.Observer; o != nil {
 		o.Promotion(promotionResult(published, err))
 	}
-	if errors.Is(err, promote.ErrRefused) {
+	if errors.Is(err, approve.ErrRefused) {
 		log.Error().Err(err).Msg("promotion refused")
 		return fmt.Errorf("%v: %w", err, asynq.SkipRetry)
 	}
@@ -398,7 +397,7 @@ func (w *Worker) handlePromote(ctx context.Context, t *asynq.Task) error {
 // promotionResult names a promote task's result for the Observer.
 func promotionResult(published bool, err error) string {
 	switch {
-	case errors.Is(err, promote.ErrRefused):
+	case errors.Is(err, approve.ErrRefused):
 		return "refused"
 	case err != nil:
 		return "failed"

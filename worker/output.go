@@ -20,7 +20,6 @@ import (
 	"github.com/airlock-run/airlock/internal/cgroup"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/policy"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/airlock-run/airlock/tmpfs"
@@ -283,7 +282,7 @@ func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, 
 		_, _, err = w.inline.Promote(ctx, stored.ID)
 	}
 	switch {
-	case errors.Is(err, promote.ErrRefused):
+	case errors.Is(err, approve.ErrRefused):
 		w.log.Error().Err(err).Str("approval_id", stored.ID).Msg("promotion refused")
 		rec.Error = err.Error()
 		return outcome{}

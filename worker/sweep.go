@@ -6,7 +6,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/airlock-run/airlock/promote"
+	"github.com/airlock-run/airlock/approve"
 )
 
 // sweep runs every SweepInterval until ctx ends: it expires pending
@@ -51,7 +51,7 @@ func (w *Worker) sweepOnce(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if err := promote.Enqueue(ctx, w.asynq, a.Run.Queue, id); err != nil && ctx.Err() == nil {
+		if err := approve.Enqueue(ctx, w.asynq, a.Run.Queue, id); err != nil && ctx.Err() == nil {
 			w.log.Warn().Err(err).Str("approval_id", id).Msg("approval sweeper: queue promotion")
 		}
 	}

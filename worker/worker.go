@@ -19,7 +19,6 @@ import (
 	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
-	"github.com/airlock-run/airlock/promote"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -64,8 +63,8 @@ type Worker struct {
 
 	approvals *approve.Store
 	quiet     *approve.Store    // the same store, emitting no run event: the worker's own transitions
-	promoter  *promote.Promoter // for promote tasks
-	inline    *promote.Promoter // for auto-promotion in the run's own task (quiet)
+	promoter  *approve.Promoter // for promote tasks
+	inline    *approve.Promoter // for auto-promotion in the run's own task (quiet)
 	events    *events.Stream
 	asynq     *asynq.Client
 	fetcher   *fetch.Fetcher
@@ -137,8 +136,8 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w.approvals = approve.NewStore(cfg.Redis, approve.Options{Prefix: cfg.Prefix, TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged, MaxPendingBytes: cfg.MaxPending})
 	w.quiet = w.approvals.Quiet()
-	w.promoter = &promote.Promoter{Store: w.approvals, Sink: cfg.Sink, Worker: w.name + " " + Version}
-	w.inline = &promote.Promoter{Store: w.quiet, Sink: cfg.Sink, Worker: w.name + " " + Version}
+	w.promoter = &approve.Promoter{Store: w.approvals, Sink: cfg.Sink, Worker: w.name + " " + Version}
+	w.inline = &approve.Promoter{Store: w.quiet, Sink: cfg.Sink, Worker: w.name + " " + Version}
 	w.events = events.NewStream(cfg.Redis, cfg.Prefix)
 	w.asynq = asynq.NewClientFromRedisClient(cfg.Redis)
 	return w, nil
@@ -381,7 +380,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	})
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(tasks.TypeRun, w.handle)
-	mux.HandleFunc(promote.TypePromote, w.handlePromote)
+	mux.HandleFunc(approve.TypePromote, w.handlePromote)
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/internal/redisconn"
-	"github.com/airlock-run/airlock/promote"
 )
 
 // Exit codes of Run.
@@ -374,7 +373,7 @@ func (c *session) enqueue(ctx context.Context, a *approve.Approval) error {
 	if q == "" {
 		q = defaultQueue
 	}
-	return promote.Enqueue(ctx, asynq.NewClientFromRedisClient(c.rdb), q, a.ID)
+	return approve.Enqueue(ctx, asynq.NewClientFromRedisClient(c.rdb), q, a.ID)
 }
 
 func (c *session) reject(ctx context.Context, args []string) error {

@@ -22,7 +22,6 @@ import (
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/approve/approvetest"
 	"github.com/airlock-run/airlock/internal/redistest"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -272,8 +271,8 @@ func TestExitCodes(t *testing.T) {
 	// The accepts queued the promotions.
 	insp := asynq.NewInspectorFromRedisClient(redistest.Client(t))
 	for _, id := range []string{"ap-0a1b2c3d4e5f", "ap-2c3d4e5f6071"} {
-		info, err := insp.GetTaskInfo(q, promote.TaskID(id))
-		if err != nil || info.Type != promote.TypePromote {
+		info, err := insp.GetTaskInfo(q, approve.TaskID(id))
+		if err != nil || info.Type != approve.TypePromote {
 			t.Errorf("promotion of %s: %+v, %v", id, info, err)
 		}
 	}
@@ -390,7 +389,7 @@ func TestAcceptProcesses(t *testing.T) {
 			t.Errorf("user%d: exit %d, stderr %q; want exit 4 and %q…", i, o.code, o.stderr, want)
 		}
 	}
-	info, err := asynq.NewInspectorFromRedisClient(redistest.Client(t)).GetTaskInfo(q, promote.TaskID("ap-0a1b2c3d4e5f"))
+	info, err := asynq.NewInspectorFromRedisClient(redistest.Client(t)).GetTaskInfo(q, approve.TaskID("ap-0a1b2c3d4e5f"))
 	if err != nil || info.Queue != q {
 		t.Errorf("promotion task: %+v, %v", info, err)
 	}

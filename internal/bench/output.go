@@ -277,9 +277,9 @@ func deletePrefix(ctx context.Context, rdb redis.UniversalClient, prefix string)
 	return nil
 }
 
-// Shared streams the worker appends to: the run events and the approval
-// store's audit stream (default prefix).
-var sharedStreams = []string{events.Key, approve.DefaultPrefix + "audit"}
+// Shared streams the worker appends to: the run events (the approval
+// store's audit stream is approve.Store.Purge's).
+var sharedStreams = []string{events.Key}
 
 // eventsPosition marks the end of the shared streams before the run, as
 // "stream=id" pairs separated by newlines.
@@ -296,50 +296,14 @@ func eventsPosition(ctx context.Context, rdb redis.UniversalClient) string {
 }
 
 // cleanupOutput deletes what the run's Airlock tasks added outside their
-// queues: the approvals of its runs (found in the store's index of every
-// approval, from the run's start, by run_id prefix) with their index
-// entries, and its entries in the shared streams (events whose run_id has
-// the run's prefix; audit entries of its approvals).
+// queues: the approvals of its runs, with their index entries and audit
+// entries (approve.Store.Purge, by run_id prefix, from the run's start),
+// and its entries in the events stream (events whose run_id has the run's
+// prefix).
 func cleanupOutput(ctx context.Context, rdb redis.UniversalClient, prefix, marks string, since time.Time) error {
 	var errs []error
-	store := approve.NewStore(rdb, approve.Options{})
-	all := approve.DefaultPrefix + "approvals:all"
-	ids, err := rdb.ZRangeByScore(ctx, all, &redis.ZRangeBy{
-		Min: fmt.Sprint(since.Add(-time.Minute).UnixMicro()), Max: "+inf"}).Result()
-	if err != nil {
+	if _, err := approve.NewStore(rdb, approve.Options{}).Purge(ctx, prefix, since); err != nil {
 		errs = append(errs, fmt.Errorf("approvals: %w", err))
-	}
-	ours := map[string]bool{}
-	for i := 0; i < len(ids); i += 1000 {
-		batch := ids[i:min(i+1000, len(ids))]
-		cmds := make([]*redis.StringCmd, len(batch))
-		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for j, id := range batch {
-				cmds[j] = p.HGet(ctx, store.Keys(id)[0], "run_id")
-			}
-			return nil
-		})
-		for j, c := range cmds {
-			if strings.HasPrefix(c.Val(), prefix+"-") {
-				ours[batch[j]] = true
-			}
-		}
-	}
-	if len(ours) > 0 {
-		members := make([]any, 0, len(ours))
-		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for id := range ours {
-				p.Unlink(ctx, store.Keys(id)...)
-				members = append(members, id)
-			}
-			for _, idx := range []string{"pending", "expiry", "accepted", "unpromoted", "rejected", "expired", "all"} {
-				p.ZRem(ctx, approve.DefaultPrefix+"approvals:"+idx, members...)
-			}
-			return nil
-		})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("approvals: %w", err))
-		}
 	}
 	for _, l := range strings.Split(strings.TrimSpace(marks), "\n") {
 		stream, start, ok := strings.Cut(l, "=")
@@ -347,12 +311,8 @@ func cleanupOutput(ctx context.Context, rdb redis.UniversalClient, prefix, marks
 			continue
 		}
 		match := func(v map[string]any) bool {
-			if stream == events.Key {
-				s, _ := v["run_id"].(string)
-				return strings.HasPrefix(s, prefix+"-")
-			}
-			s, _ := v["id"].(string)
-			return ours[s]
+			s, _ := v["run_id"].(string)
+			return strings.HasPrefix(s, prefix+"-")
 		}
 		if err := xdelMatching(ctx, rdb, stream, start, match); err != nil {
 			errs = append(errs, fmt.Errorf("stream %s: %w", stream, err))

@@ -33,7 +33,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/airlock-run/airlock/promote"
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -51,14 +51,14 @@ const (
 	MetaSHA256   = "airlock-sha256"
 )
 
-// Store is a promote.Sink that publishes to s3://Bucket/Prefix.
+// Store is an approve.Sink that publishes to s3://Bucket/Prefix.
 //
 // Publish writes each file of a run with If-None-Match: * (sorted by
 // name), then the manifest with If-None-Match: *. A file that exists
 // already is read back: holding the same bytes (an earlier, interrupted
 // try of this publication, or a concurrent one), it is kept; holding
 // others, the task belongs to another publication and Publish returns
-// promote.ErrConflict, leaving what is there untouched. Of two
+// approve.ErrConflict, leaving what is there untouched. Of two
 // publications of one task, the first to write a file they share (or the
 // manifest) wins, and the other is refused; an interrupted one leaves
 // objects but no manifest, which a retry of the same approval completes.
@@ -104,8 +104,8 @@ func (s *Store) Where(runID, taskID string) string {
 	return Scheme + s.bucket + "/" + s.key(runID, taskID) + "/"
 }
 
-// Publish implements promote.Sink.
-func (s *Store) Publish(ctx context.Context, m *promote.Manifest, files map[string][]byte) (bool, error) {
+// Publish implements approve.Sink.
+func (s *Store) Publish(ctx context.Context, m *approve.Manifest, files map[string][]byte) (bool, error) {
 	for _, id := range []struct{ field, v string }{{"run_id", m.RunID}, {"task_id", m.TaskID}, {"approval_id", m.ApprovalID}} {
 		if err := tasks.CheckPath(id.field, id.v); err != nil || strings.Contains(id.v, "/") || strings.HasPrefix(id.v, ".") {
 			return false, fmt.Errorf("promote: %s %q cannot name a directory", id.field, id.v)
@@ -166,8 +166,8 @@ func (s *Store) Publish(ctx context.Context, m *promote.Manifest, files map[stri
 }
 
 // already reports whether the task's manifest holds the publication of
-// m's approval; a publication of another approval is promote.ErrConflict.
-func (s *Store) already(ctx context.Context, m *promote.Manifest) (bool, error) {
+// m's approval; a publication of another approval is approve.ErrConflict.
+func (s *Store) already(ctx context.Context, m *approve.Manifest) (bool, error) {
 	where := s.Where(m.RunID, m.TaskID)
 	b, err := getBounded(ctx, s.client, s.RequestTimeout, s.bucket, s.key(m.RunID, m.TaskID, ManifestName), MaxManifest)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -176,12 +176,12 @@ func (s *Store) already(ctx context.Context, m *promote.Manifest) (bool, error) 
 	if err != nil {
 		return false, err
 	}
-	var old promote.Manifest
+	var old approve.Manifest
 	if err := json.Unmarshal(b, &old); err != nil {
 		return false, fmt.Errorf("promote: %s%s: %w", where, ManifestName, err)
 	}
 	if old.ApprovalID != m.ApprovalID {
-		return false, fmt.Errorf("%w: %s holds approval %s", promote.ErrConflict, where, old.ApprovalID)
+		return false, fmt.Errorf("%w: %s holds approval %s", approve.ErrConflict, where, old.ApprovalID)
 	}
 	return true, nil
 }
@@ -191,8 +191,8 @@ var errPublished = errors.New("published")
 
 // same checks that the object at key, which exists, holds data: written
 // by an earlier try of this publication, or a concurrent one. Other bytes
-// mean the task belongs to another publication: promote.ErrConflict.
-func (s *Store) same(ctx context.Context, m *promote.Manifest, key string, data []byte) error {
+// mean the task belongs to another publication: approve.ErrConflict.
+func (s *Store) same(ctx context.Context, m *approve.Manifest, key string, data []byte) error {
 	got, err := getBounded(ctx, s.client, s.RequestTimeout, s.bucket, key, int64(len(data)))
 	switch {
 	case err == nil && bytes.Equal(got, data):
@@ -211,7 +211,7 @@ func (s *Store) same(ctx context.Context, m *promote.Manifest, key string, data 
 		return err
 	}
 	return fmt.Errorf("%w: s3://%s/%s holds other bytes, from another publication of the task that has no manifest yet (in progress, or interrupted: the retry of its approval completes it)",
-		promote.ErrConflict, s.bucket, key)
+		approve.ErrConflict, s.bucket, key)
 }
 
 // metadata is an object's metadata naming its approval, when the id is
@@ -226,8 +226,8 @@ func metadata(approvalID string) map[string]string {
 }
 
 // contentType is the Content-Type of a published file: the manifest's.
-func contentType(m *promote.Manifest, name string) string {
-	if m.Result != nil && name == promote.ResultName && m.Result.ContentType != "" {
+func contentType(m *approve.Manifest, name string) string {
+	if m.Result != nil && name == approve.ResultName && m.Result.ContentType != "" {
 		return m.Result.ContentType
 	}
 	for _, a := range m.Artifacts {

@@ -29,8 +29,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/internal/s3test"
-	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/promote/s3store"
 	"github.com/airlock-run/airlock/record"
 )
@@ -71,14 +71,14 @@ func sum(b []byte) string {
 
 // manifest and files of a publication of approval id for run/task, as the
 // Promoter makes them.
-func publication(run, task, id, result string) (*promote.Manifest, map[string][]byte) {
+func publication(run, task, id, result string) (*approve.Manifest, map[string][]byte) {
 	files := map[string][]byte{
-		promote.ResultName: []byte(result),
+		approve.ResultName: []byte(result),
 		"out/a.csv":        []byte("x,y\n1,2\n"),
 		"out/sub/b.txt":    []byte("hello " + id + "\n"),
 	}
-	m := &promote.Manifest{RunID: run, TaskID: task, ApprovalID: id, AcceptedBy: "alice", Reasons: []string{"ok"},
-		Result:    &record.Artifact{Name: promote.ResultName, Bytes: int64(len(result)), SHA256: sum([]byte(result)), ContentType: "application/json"},
+	m := &approve.Manifest{RunID: run, TaskID: task, ApprovalID: id, AcceptedBy: "alice", Reasons: []string{"ok"},
+		Result:    &record.Artifact{Name: approve.ResultName, Bytes: int64(len(result)), SHA256: sum([]byte(result)), ContentType: "application/json"},
 		Artifacts: []record.Artifact{}, PromotedAt: time.Now().UTC(), PromotedBy: "test"}
 	for _, n := range []string{"out/a.csv", "out/sub/b.txt"} {
 		m.Artifacts = append(m.Artifacts, record.Artifact{Name: n, Bytes: int64(len(files[n])), SHA256: sum(files[n]), ContentType: "text/plain"})
@@ -146,7 +146,7 @@ func TestPublishOnce(t *testing.T) {
 		t.Fatalf("publish: published=%v err=%v", pub, err)
 	}
 	got := w.objects(t, "team/outputs/run-1/task-1/")
-	var man promote.Manifest
+	var man approve.Manifest
 	if err := json.Unmarshal(got["manifest.json"], &man); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestPublishOnce(t *testing.T) {
 	if diff := cmp.Diff(files, got); diff != "" {
 		t.Errorf("published objects (-want +got):\n%s", diff)
 	}
-	if man.ApprovalID != "ap-1" || man.RunID != "run-1" || man.TaskID != "task-1" || man.Result.SHA256 != sum(files[promote.ResultName]) || len(man.Artifacts) != 2 {
+	if man.ApprovalID != "ap-1" || man.RunID != "run-1" || man.TaskID != "task-1" || man.Result.SHA256 != sum(files[approve.ResultName]) || len(man.Artifacts) != 2 {
 		t.Errorf("manifest: %+v", man)
 	}
 	head, err := w.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String("team/outputs/run-1/task-1/out/a.csv")})
@@ -172,7 +172,7 @@ func TestPublishOnce(t *testing.T) {
 	}
 	// The same task from another approval: refused, the first stays.
 	m3, files3 := publication("run-1", "task-1", "ap-2", `{"total": 43}`)
-	if _, err := w.store.Publish(ctx, m3, files3); !errors.Is(err, promote.ErrConflict) {
+	if _, err := w.store.Publish(ctx, m3, files3); !errors.Is(err, approve.ErrConflict) {
 		t.Fatalf("another approval: want ErrConflict, got %v", err)
 	}
 	if diff := cmp.Diff(before, w.objects(t, "team/outputs/")); diff != "" {
@@ -185,10 +185,10 @@ func TestPublishOnce(t *testing.T) {
 	if b, err := r.ReadFile(ctx, where, "manifest.json", s3store.MaxManifest); err != nil || !strings.Contains(string(b), `"approval_id": "ap-1"`) {
 		t.Errorf("read manifest: %s %v", b, err)
 	}
-	if b, err := r.ReadFile(ctx, where, promote.ResultName, 1<<20); err != nil || string(b) != `{"total": 42}` {
+	if b, err := r.ReadFile(ctx, where, approve.ResultName, 1<<20); err != nil || string(b) != `{"total": 42}` {
 		t.Errorf("read result: %s %v", b, err)
 	}
-	if _, err := r.ReadFile(ctx, where, promote.ResultName, 5); err == nil || errors.Is(err, fs.ErrNotExist) {
+	if _, err := r.ReadFile(ctx, where, approve.ResultName, 5); err == nil || errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a read past its bound: %v", err)
 	}
 	if _, err := r.ReadFile(ctx, w.store.Where("run-1", "no-task"), "manifest.json", s3store.MaxManifest); !errors.Is(err, fs.ErrNotExist) {
@@ -208,12 +208,12 @@ func TestPublishRefusesBadNames(t *testing.T) {
 	w := newWorld(t, "")
 	ctx := context.Background()
 	for _, bad := range []string{"../x", "/etc/x", "manifest.json"} {
-		m := &promote.Manifest{RunID: "r2", TaskID: "t", ApprovalID: "a"}
+		m := &approve.Manifest{RunID: "r2", TaskID: "t", ApprovalID: "a"}
 		if _, err := w.store.Publish(ctx, m, map[string][]byte{"ok.txt": nil, bad: nil}); err == nil {
 			t.Errorf("artifact %q was accepted", bad)
 		}
 	}
-	for _, m := range []promote.Manifest{
+	for _, m := range []approve.Manifest{
 		{RunID: "r", TaskID: "", ApprovalID: "a3"}, {RunID: "r", TaskID: "../t", ApprovalID: "a3"},
 		{RunID: ".staging", TaskID: "t", ApprovalID: "a3"}, {RunID: "r", TaskID: "t3", ApprovalID: "../a3"},
 		{RunID: "r/x", TaskID: "t", ApprovalID: "a3"},
@@ -235,7 +235,7 @@ func TestTasksOfOneRun(t *testing.T) {
 	w := newWorld(t, "p")
 	ctx := context.Background()
 	for _, task := range []string{"extract", "transform", "intruder"} {
-		m := &promote.Manifest{RunID: "agent-run-7", TaskID: task, ApprovalID: "ap-" + task}
+		m := &approve.Manifest{RunID: "agent-run-7", TaskID: task, ApprovalID: "ap-" + task}
 		if pub, err := w.store.Publish(ctx, m, map[string][]byte{"result.json": []byte(`"` + task + `"`)}); err != nil || !pub {
 			t.Fatalf("%s: published=%v err=%v", task, pub, err)
 		}
@@ -254,7 +254,7 @@ func TestOddIDs(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, "p q")
 	ctx := context.Background()
-	m := &promote.Manifest{RunID: "run ?x=1#y%20", TaskID: "task+é&", ApprovalID: "ap-odd"}
+	m := &approve.Manifest{RunID: "run ?x=1#y%20", TaskID: "task+é&", ApprovalID: "ap-odd"}
 	if pub, err := w.store.Publish(ctx, m, map[string][]byte{"result.json": []byte("7"), "a b/c?d.txt": []byte("8")}); err != nil || !pub {
 		t.Fatalf("published=%v err=%v", pub, err)
 	}
@@ -310,7 +310,7 @@ func TestConcurrentPublishers(t *testing.T) {
 					winners++
 				case sameApproval && err != nil:
 					t.Errorf("%s: publisher %d of the same approval: %v", task, i, err)
-				case !sameApproval && !errors.Is(err, promote.ErrConflict):
+				case !sameApproval && !errors.Is(err, approve.ErrConflict):
 					t.Errorf("%s: loser %d: want ErrConflict, got %v", task, i, err)
 				}
 			}
@@ -327,7 +327,7 @@ func TestConcurrentPublishers(t *testing.T) {
 func checkWhole(t *testing.T, w *world, dir string) {
 	t.Helper()
 	got := w.objects(t, dir)
-	var man promote.Manifest
+	var man approve.Manifest
 	if err := json.Unmarshal(got["manifest.json"], &man); err != nil {
 		t.Fatalf("%s: manifest: %v", dir, err)
 	}
@@ -427,7 +427,7 @@ func crashChild(endpoint string) {
 // checkUnpublished: the files of an interrupted publication are there,
 // its manifest is not, and readers see it unpublished; the retry of its
 // approval publishes it once, while another approval is refused.
-func checkUnpublished(t *testing.T, w *world, m *promote.Manifest, files map[string][]byte) {
+func checkUnpublished(t *testing.T, w *world, m *approve.Manifest, files map[string][]byte) {
 	t.Helper()
 	ctx := context.Background()
 	dir := m.RunID + "/" + m.TaskID + "/"
@@ -443,7 +443,7 @@ func checkUnpublished(t *testing.T, w *world, m *promote.Manifest, files map[str
 		t.Errorf("a reader found a manifest: %v", err)
 	}
 	other, otherFiles := publication(m.RunID, m.TaskID, "ap-other", `{"other": true}`)
-	if _, err := w.store.Publish(ctx, other, otherFiles); !errors.Is(err, promote.ErrConflict) {
+	if _, err := w.store.Publish(ctx, other, otherFiles); !errors.Is(err, approve.ErrConflict) {
 		t.Errorf("another approval over an interrupted publication: want ErrConflict, got %v", err)
 	}
 	if pub, err := w.store.Publish(ctx, m, files); err != nil || !pub {
@@ -510,7 +510,7 @@ func TestNewClientFromEnv(t *testing.T) {
 	}
 	s := s3store.New(c, bucket, "env")
 	defer s.Close()
-	if pub, err := s.Publish(ctx, &promote.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a"}, map[string][]byte{"result.json": []byte("1")}); err != nil || !pub {
+	if pub, err := s.Publish(ctx, &approve.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a"}, map[string][]byte{"result.json": []byte("1")}); err != nil || !pub {
 		t.Fatalf("publish through the environment's client: %v %v", pub, err)
 	}
 	if got := w.objects(t, "env/r/t/"); string(got["result.json"]) != "1" || len(got) != 2 {

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/promote/s3store"
 )
@@ -36,7 +37,7 @@ func IsS3(location string) bool { return strings.HasPrefix(location, s3store.Sch
 // publication), or s3://bucket/prefix, whose client is configured from
 // the environment (s3store.NewClient) and whose bucket Open checks it can
 // reach.
-func Open(ctx context.Context, location string, o Options) (promote.Sink, error) {
+func Open(ctx context.Context, location string, o Options) (approve.Sink, error) {
 	switch {
 	case location == "":
 		return nil, errors.New("empty: want a directory or s3://bucket/prefix")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/internal/s3test"
 	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/promote/s3store"
@@ -77,17 +78,17 @@ func TestS3(t *testing.T) {
 	if _, err := r.ReadFile(ctx, where, "manifest.json", 1<<20); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("manifest before publication: %v", err)
 	}
-	m := &promote.Manifest{RunID: "r1", TaskID: "t1", ApprovalID: "ap-1"}
-	if pub, err := sink.Publish(ctx, m, map[string][]byte{promote.ResultName: []byte(`{"ok": true}`)}); err != nil || !pub {
+	m := &approve.Manifest{RunID: "r1", TaskID: "t1", ApprovalID: "ap-1"}
+	if pub, err := sink.Publish(ctx, m, map[string][]byte{approve.ResultName: []byte(`{"ok": true}`)}); err != nil || !pub {
 		t.Fatalf("publish: %v %v", pub, err)
 	}
 	if b, err := r.ReadFile(ctx, where, "manifest.json", 1<<20); err != nil || !strings.Contains(string(b), `"ap-1"`) {
 		t.Errorf("manifest: %s %v", b, err)
 	}
-	if b, err := r.ReadFile(ctx, where, promote.ResultName, 1<<20); err != nil || string(b) != `{"ok": true}` {
+	if b, err := r.ReadFile(ctx, where, approve.ResultName, 1<<20); err != nil || string(b) != `{"ok": true}` {
 		t.Errorf("result: %s %v", b, err)
 	}
-	if b, err := storage.ReadFile(ctx, where, promote.ResultName, 4); err == nil || errors.Is(err, fs.ErrNotExist) {
+	if b, err := storage.ReadFile(ctx, where, approve.ResultName, 4); err == nil || errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a read past its bound: %s %v", b, err)
 	}
 }
@@ -96,8 +97,8 @@ func TestReaderDirectory(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	sink := &promote.FS{Dir: dir}
-	m := &promote.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a"}
-	if _, err := sink.Publish(ctx, m, map[string][]byte{promote.ResultName: []byte("42"), "out/x.csv": []byte("1,2\n")}); err != nil {
+	m := &approve.Manifest{RunID: "r", TaskID: "t", ApprovalID: "a"}
+	if _, err := sink.Publish(ctx, m, map[string][]byte{approve.ResultName: []byte("42"), "out/x.csv": []byte("1,2\n")}); err != nil {
 		t.Fatal(err)
 	}
 	where := sink.Where("r", "t")
@@ -105,7 +106,7 @@ func TestReaderDirectory(t *testing.T) {
 	if b, err := r.ReadFile(ctx, where, "out/x.csv", 100); err != nil || string(b) != "1,2\n" {
 		t.Errorf("artifact: %q %v", b, err)
 	}
-	if _, err := r.ReadFile(ctx, where, promote.ResultName, 1); err == nil {
+	if _, err := r.ReadFile(ctx, where, approve.ResultName, 1); err == nil {
 		t.Error("a read past its bound")
 	}
 	if _, err := r.ReadFile(ctx, sink.Where("r", "other"), "manifest.json", 100); !errors.Is(err, fs.ErrNotExist) {

@@ -1,4 +1,4 @@
-package promote
+package approve
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/airlock-run/airlock/approve"
 )
 
 // DefaultQueue is where a promotion goes when the approval's run summary
@@ -17,8 +15,8 @@ const DefaultQueue = "default"
 // Accept accepts pending approval id for by (with an optional comment) and
 // queues its promotion in the run's queue: what `approve accept` does, for
 // every front end that accepts (the CLI, the HTTP API). Exactly one of
-// concurrent deciders wins (approve.Store.Accept); the others get a
-// *approve.DecidedError saying who decided what and when. When the
+// concurrent deciders wins (Store.Accept); the others get a
+// *DecidedError saying who decided what and when. When the
 // approval was accepted already and its output is not published yet, the
 // promotion is queued again (idempotent: one task per approval), and the
 // error says so.
@@ -29,17 +27,17 @@ const DefaultQueue = "default"
 // accepted, or when the promotion could not be queued after the accept
 // (the approval is then returned with err: accepting again queues it, and
 // a worker re-queues it when it starts).
-func Accept(ctx context.Context, st *approve.Store, ac *asynq.Client, id, by, comment string) (a *approve.Approval, warn, err error) {
-	return AcceptDecision(ctx, st, ac, id, approve.Decision{By: by, Comment: comment})
+func Accept(ctx context.Context, st *Store, ac *asynq.Client, id, by, comment string) (a *Approval, warn, err error) {
+	return AcceptDecision(ctx, st, ac, id, Decision{By: by, Comment: comment})
 }
 
 // AcceptDecision is Accept of decision d: d.By decides, and d.ByNote is
-// kept beside it as a display note (approve.Store.Decide).
-func AcceptDecision(ctx context.Context, st *approve.Store, ac *asynq.Client, id string, d approve.Decision) (a *approve.Approval, warn, err error) {
-	a, err = st.Decide(ctx, id, approve.StateAccepted, d)
+// kept beside it as a display note (Store.Decide).
+func AcceptDecision(ctx context.Context, st *Store, ac *asynq.Client, id string, d Decision) (a *Approval, warn, err error) {
+	a, err = st.Decide(ctx, id, StateAccepted, d)
 	if a == nil {
-		var de *approve.DecidedError
-		if errors.As(err, &de) && de.State == approve.StateAccepted {
+		var de *DecidedError
+		if errors.As(err, &de) && de.State == StateAccepted {
 			// Accepted by someone else (or by an earlier try that could
 			// not queue the promotion): queuing it is idempotent.
 			if cur, gerr := st.Get(ctx, id); gerr == nil && cur.PromotedAt.IsZero() {
@@ -59,7 +57,7 @@ func AcceptDecision(ctx context.Context, st *approve.Store, ac *asynq.Client, id
 
 // EnqueueFor queues the promotion of accepted approval a in its run's
 // queue (DefaultQueue when the summary names none); see Enqueue.
-func EnqueueFor(ctx context.Context, ac *asynq.Client, a *approve.Approval) error {
+func EnqueueFor(ctx context.Context, ac *asynq.Client, a *Approval) error {
 	q := a.Run.Queue
 	if q == "" {
 		q = DefaultQueue

@@ -1,4 +1,4 @@
-package promote
+package approve
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -19,7 +18,7 @@ var ErrRefused = errors.New("promotion refused")
 
 // Promoter publishes accepted approvals to a Sink.
 type Promoter struct {
-	Store  *approve.Store
+	Store  *Store
 	Sink   Sink
 	Worker string // recorded as promoted_by
 }
@@ -30,7 +29,7 @@ type Promoter struct {
 // and whether this call published it.
 func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, bool, error) {
 	a, err := p.Store.Get(ctx, approvalID)
-	if errors.Is(err, approve.ErrNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		return nil, false, fmt.Errorf("%w: approval %s not found", ErrRefused, approvalID)
 	}
 	if err != nil {
@@ -47,13 +46,13 @@ func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, b
 }
 
 // PromoteParked is Promote for an approval the caller has just parked
-// (approve.Store.Park returned it with created true), accepted, with the
+// (Store.Park returned it with created true), accepted, with the
 // data it staged: what the store holds is what the caller holds, so it is
 // not read back. The digests are checked all the same. The approval's
 // index and audit updates are left to the caller, who sends ops in a
-// round trip of its own (approve.Store.Apply; the worker sends them with
+// round trip of its own (Store.Apply; the worker sends them with
 // the run's record); ops is nil when there is nothing to send.
-func (p *Promoter) PromoteParked(ctx context.Context, a *approve.Approval, data map[string][]byte) (m *Manifest, published bool, ops approve.Ops, err error) {
+func (p *Promoter) PromoteParked(ctx context.Context, a *Approval, data map[string][]byte) (m *Manifest, published bool, ops Ops, err error) {
 	return p.publish(ctx, a, parked(data))
 }
 
@@ -62,7 +61,7 @@ func parked(data map[string][]byte) func(name string) ([]byte, error) {
 	return func(name string) ([]byte, error) {
 		b, ok := data[name]
 		if !ok {
-			return nil, fmt.Errorf("%w: %s", approve.ErrNotFound, name)
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
 		}
 		return b, nil
 	}
@@ -71,8 +70,8 @@ func parked(data map[string][]byte) func(name string) ([]byte, error) {
 // publish publishes a, an approval as the store holds it, reading each
 // artifact's staged bytes with data, and marks it promoted; it returns
 // the index and audit updates of that mark, for the caller to send.
-func (p *Promoter) publish(ctx context.Context, a *approve.Approval, data func(name string) ([]byte, error)) (*Manifest, bool, approve.Ops, error) {
-	if a.State != approve.StateAccepted {
+func (p *Promoter) publish(ctx context.Context, a *Approval, data func(name string) ([]byte, error)) (*Manifest, bool, Ops, error) {
+	if a.State != StateAccepted {
 		return nil, false, nil, fmt.Errorf("%w: approval %s is %s, not accepted", ErrRefused, a.ID, a.State)
 	}
 	m := &Manifest{

@@ -1,7 +1,4 @@
-// Package promote publishes an accepted run's output to durable storage,
-// exactly once: the promote task is idempotent by approval id, and a Sink
-// publishes a run's files all at once or not at all.
-package promote
+package approve
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package promote_test
+package approve_test
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/approve/approvetest"
-	"github.com/airlock-run/airlock/promote"
 )
 
 // TestAccept checks that Accept accepts and queues the promotion in the
@@ -32,14 +31,14 @@ func TestAccept(t *testing.T) {
 		}
 	}
 	park("ap-1")
-	a, warn, err := promote.Accept(ctx, st, ac, "ap-1", "alice", "ok")
+	a, warn, err := approve.Accept(ctx, st, ac, "ap-1", "alice", "ok")
 	if err != nil || warn != nil || a == nil || a.State != approve.StateAccepted || a.DecidedBy != "alice" {
 		t.Fatalf("Accept = %+v, %v, %v", a, warn, err)
 	}
-	if _, err := insp.GetTaskInfo(q, promote.TaskID("ap-1")); err != nil {
+	if _, err := insp.GetTaskInfo(q, approve.TaskID("ap-1")); err != nil {
 		t.Errorf("no promote task in %s: %v", q, err)
 	}
-	a, _, err = promote.Accept(ctx, st, ac, "ap-1", "bob", "")
+	a, _, err = approve.Accept(ctx, st, ac, "ap-1", "bob", "")
 	var de *approve.DecidedError
 	if a != nil || !errors.As(err, &de) || de.By != "alice" || !strings.HasSuffix(err.Error(), "; its promotion is queued") {
 		t.Errorf("second Accept = %+v, %v; want decided by alice, promotion queued", a, err)
@@ -49,13 +48,13 @@ func TestAccept(t *testing.T) {
 	if _, err := st.Accept(ctx, "ap-2", "carol", ""); err != nil { // accepted, no promotion queued
 		t.Fatal(err)
 	}
-	if _, _, err := promote.Accept(ctx, st, ac, "ap-2", "dave", ""); !errors.Is(err, approve.ErrAlreadyDecided) {
+	if _, _, err := approve.Accept(ctx, st, ac, "ap-2", "dave", ""); !errors.Is(err, approve.ErrAlreadyDecided) {
 		t.Errorf("Accept of an accepted approval: %v", err)
 	}
-	if _, err := insp.GetTaskInfo(q, promote.TaskID("ap-2")); err != nil {
+	if _, err := insp.GetTaskInfo(q, approve.TaskID("ap-2")); err != nil {
 		t.Errorf("the promotion of ap-2 was not queued: %v", err)
 	}
-	if _, _, err := promote.Accept(ctx, st, ac, "ap-none", "alice", ""); !errors.Is(err, approve.ErrNotFound) {
+	if _, _, err := approve.Accept(ctx, st, ac, "ap-none", "alice", ""); !errors.Is(err, approve.ErrNotFound) {
 		t.Errorf("Accept of an unknown approval: %v", err)
 	}
 }
