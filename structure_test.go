@@ -274,14 +274,21 @@ func TestApproveImportsNoStoreOrCaller(t *testing.T) {
 // or a transition. A store writes files; approve decides when.
 var storeUses = []string{"Manifest", "ErrConflict", "ResultName", "Sink", "RunSummary"}
 
+// lifecycleSteps are the Store's steps that only package approve takes:
+// marking a promotion (its Promoter), repairing indexes, expiring and
+// catching up (its Sweeper). Outside approve, code parks, decides
+// (approve.Accept, Store.Reject) and promotes (a Promoter), never a step
+// of these.
+var lifecycleSteps = []string{"MarkPromoted", "MarkPromotedOps", "Reindex", "ExpireDue", "ListAccepted"}
+
 // approvalKeys matches a string literal that spells a key of the approval
 // store (an approval's hash, an index): only package approve reads or
 // writes them.
 var approvalKeys = regexp.MustCompile(`approval:\{|approvals:(pending|expiry|accepted|unpromoted|rejected|expired|all)\b|^audit$|^staged$`)
 
 // Only package approve writes approval state: outside it, no source file
-// (tests aside) spells the store's keys, and the stores use approve's
-// types only.
+// (tests aside) spells the store's keys or takes one of lifecycleSteps,
+// and the stores use approve's types only.
 func TestApprovalLifecycleHasOneOwner(t *testing.T) {
 	fset := token.NewFileSet()
 	checked := 0
@@ -315,6 +322,9 @@ func TestApprovalLifecycleHasOneOwner(t *testing.T) {
 			case *ast.SelectorExpr:
 				if id, ok := n.X.(*ast.Ident); ok && id.Name == "approve" && store && !slices.Contains(storeUses, n.Sel.Name) {
 					t.Errorf("%s: a store uses approve.%s; stores use only %v of approve", fset.Position(n.Pos()), n.Sel.Name, storeUses)
+				}
+				if slices.Contains(lifecycleSteps, n.Sel.Name) {
+					t.Errorf("%s: .%s is a step of the approval lifecycle, which only package approve takes", fset.Position(n.Pos()), n.Sel.Name)
 				}
 			}
 			return true

@@ -16,7 +16,10 @@ import (
 // they were approved.
 var ErrRefused = errors.New("promotion refused")
 
-// Promoter publishes accepted approvals to a Sink.
+// Promoter publishes accepted approvals to a Sink, and marks them
+// promoted in Store: a promote task's transitions are the run's events
+// (Promote), those of the worker that ran the task are not
+// (PromoteInline).
 type Promoter struct {
 	Store  *Store
 	Sink   Sink
@@ -45,15 +48,23 @@ func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, b
 	return m, published, nil
 }
 
-// PromoteParked is Promote for an approval the caller has just parked
-// (Store.Park returned it with created true), accepted, with the
-// data it staged: what the store holds is what the caller holds, so it is
-// not read back. The digests are checked all the same. The approval's
+// PromoteInline publishes an approval that the caller, the worker that
+// ran its task, has just parked accepted (Store.Park returned it, with
+// created), and reports the run's state itself, with its record: its
+// transitions append no run event (Store.Quiet). When created, the data
+// it staged is what the caller holds, so it is published from data, not
+// read back (the digests are checked all the same), and the approval's
 // index and audit updates are left to the caller, who sends ops in a
-// round trip of its own (Store.Apply; the worker sends them with
-// the run's record); ops is nil when there is nothing to send.
-func (p *Promoter) PromoteParked(ctx context.Context, a *Approval, data map[string][]byte) (m *Manifest, published bool, ops Ops, err error) {
-	return p.publish(ctx, a, parked(data))
+// round trip of its own (Store.Apply; the worker sends them with the
+// run's record); ops is nil when there is nothing to send. When not
+// created (an earlier attempt parked it), it is Promote, from the store.
+func (p *Promoter) PromoteInline(ctx context.Context, a *Approval, data map[string][]byte, created bool) (m *Manifest, published bool, ops Ops, err error) {
+	quiet := &Promoter{Store: p.Store.Quiet(), Sink: p.Sink, Worker: p.Worker}
+	if !created {
+		m, published, err = quiet.Promote(ctx, a.ID)
+		return m, published, nil, err
+	}
+	return quiet.publish(ctx, a, parked(data))
 }
 
 // parked reads an artifact's bytes from what its caller parked.

@@ -269,10 +269,10 @@ func tamper(t *testing.T, b *bundle, id, name string, data []byte) {
 	}
 }
 
-// TestPromoteParked publishes an approval from what its parker holds, as
+// TestPromoteInline publishes an approval from what its parker holds, as
 // Promote publishes it from the store, and refuses bytes that are not the
 // approved ones.
-func TestPromoteParked(t *testing.T) {
+func TestPromoteInline(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	result := []byte(`{"total": 7}`)
@@ -288,12 +288,12 @@ func TestPromoteParked(t *testing.T) {
 		return stored
 	}
 	stored := park("ap-parked")
-	m, published, ops, err := b.promoter.PromoteParked(ctx, stored, data)
+	m, published, ops, err := b.promoter.PromoteInline(ctx, stored, data, true)
 	if err == nil {
 		err = b.store.Apply(ctx, stored.ID, ops)
 	}
 	if err != nil || !published {
-		t.Fatalf("PromoteParked = published %v, %v", published, err)
+		t.Fatalf("PromoteInline = published %v, %v", published, err)
 	}
 	got := publishedFiles(t, b.sink.Where(m.RunID, m.TaskID))
 	want := map[string][]byte{"out/a.csv": data["out/a.csv"], approve.ResultName: result}
@@ -302,13 +302,13 @@ func TestPromoteParked(t *testing.T) {
 	}
 	a, err := b.store.Get(ctx, "ap-parked")
 	if err != nil || a.PromotedAt.IsZero() {
-		t.Fatalf("approval after PromoteParked: promoted at %v, %v", a.PromotedAt, err)
+		t.Fatalf("approval after PromoteInline: promoted at %v, %v", a.PromotedAt, err)
 	}
 
 	other := park("ap-parked-tampered")
-	_, _, _, err = b.promoter.PromoteParked(ctx, other, map[string][]byte{"out/a.csv": []byte("y\n2\n")})
+	_, _, _, err = b.promoter.PromoteInline(ctx, other, map[string][]byte{"out/a.csv": []byte("y\n2\n")}, true)
 	if !errors.Is(err, approve.ErrRefused) {
-		t.Fatalf("PromoteParked with other bytes = %v, want ErrRefused", err)
+		t.Fatalf("PromoteInline with other bytes = %v, want ErrRefused", err)
 	}
 }
 
@@ -382,10 +382,10 @@ func (b *bundle) unpromoted(t *testing.T, id string) bool {
 	return err == nil
 }
 
-// TestPromoteParkedOps: the index and audit updates of an inline
+// TestPromoteInlineOps: the index and audit updates of an inline
 // promotion are the caller's to send; until they are, the approval is
 // promoted but indexed as not; once sent, it is indexed as promoted.
-func TestPromoteParkedOps(t *testing.T) {
+func TestPromoteInlineOps(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	b.parkAccepted(t, "ap-ops")
@@ -399,9 +399,9 @@ func TestPromoteParkedOps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, pub, ops, err := b.promoter.PromoteParked(ctx, a, data)
+	_, pub, ops, err := b.promoter.PromoteInline(ctx, a, data, true)
 	if err != nil || !pub || ops == nil {
-		t.Fatalf("PromoteParked: published=%v ops=%v err=%v", pub, ops != nil, err)
+		t.Fatalf("PromoteInline: published=%v ops=%v err=%v", pub, ops != nil, err)
 	}
 	if got, _ := b.store.Get(ctx, "ap-ops"); got == nil || got.PromotedAt.IsZero() {
 		t.Fatalf("not marked promoted: %+v", got)

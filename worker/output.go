@@ -243,7 +243,7 @@ func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, 
 	}
 	// The worker's own transitions emit no run event: report emits the
 	// record's state once it is stored.
-	stored, created, err := w.quiet.Park(ctx, a, c.artifacts.Data)
+	stored, created, err := w.approvals.Park(ctx, a, c.artifacts.Data)
 	if errors.Is(err, approve.ErrTooLarge) {
 		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictOutput, "output.artifacts: "+err.Error()
 		return outcome{}
@@ -272,15 +272,10 @@ func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, 
 		rec.State, rec.PublishedTo = record.StatePromoted, w.cfg.Sink.Where(rec.RunID, rec.TaskID)
 		return outcome{} // an earlier attempt published it
 	}
-	var ops approve.Ops
-	if created {
-		// Just parked, from what this attempt holds: no need to read it
-		// back. The approval's index and audit updates go with the
-		// record (report), in its round trip.
-		_, _, ops, err = w.inline.PromoteParked(ctx, stored, c.artifacts.Data)
-	} else {
-		_, _, err = w.inline.Promote(ctx, stored.ID)
-	}
+	// Published from what this attempt holds when it just parked it; the
+	// approval's index and audit updates then go with the record
+	// (report), in its round trip.
+	_, _, ops, err := w.promoter.PromoteInline(ctx, stored, c.artifacts.Data, created)
 	switch {
 	case errors.Is(err, approve.ErrRefused):
 		w.log.Error().Err(err).Str("approval_id", stored.ID).Msg("promotion refused")

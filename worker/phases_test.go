@@ -112,9 +112,7 @@ func phaseWorker(t *testing.T, pol string) (*Worker, string) {
 	}
 	store := t.TempDir()
 	w := &Worker{log: zerolog.Nop(), cfg: Config{Redis: rdb, Prefix: prefix, RiskPolicy: risk, Sink: &promote.FS{Dir: store}}}
-	w.approvals = approve.NewStore(rdb, approve.Options{Prefix: prefix})
-	w.quiet = w.approvals.Quiet()
-	w.inline = &approve.Promoter{Store: w.quiet, Sink: w.cfg.Sink, Worker: "test"}
+	w.useStore(approve.NewStore(rdb, approve.Options{Prefix: prefix}))
 	w.events = events.NewStream(rdb, prefix)
 	return w, store
 }

@@ -61,10 +61,13 @@ type Worker struct {
 	binds          []sandbox.Bind
 	cgroups        *cgroup.Manager // nil: the rlimit fallback
 
+	// approvals parks runs' output: the worker's own transitions append
+	// no run event (approve.Store.Quiet), report emits the record's.
 	approvals *approve.Store
-	quiet     *approve.Store    // the same store, emitting no run event: the worker's own transitions
-	promoter  *approve.Promoter // for promote tasks
-	inline    *approve.Promoter // for auto-promotion in the run's own task (quiet)
+	// promoter publishes accepted approvals: promote tasks (Promote, whose
+	// transitions are the run's events) and a policy's acceptance in the
+	// run's own task (PromoteInline, quiet).
+	promoter  *approve.Promoter
 	events    *events.Stream
 	asynq     *asynq.Client
 	fetcher   *fetch.Fetcher
@@ -134,13 +137,17 @@ func New(cfg Config) (*Worker, error) {
 	if err := w.confine(); err != nil {
 		return nil, err
 	}
-	w.approvals = approve.NewStore(cfg.Redis, approve.Options{Prefix: cfg.Prefix, TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged, MaxPendingBytes: cfg.MaxPending})
-	w.quiet = w.approvals.Quiet()
-	w.promoter = &approve.Promoter{Store: w.approvals, Sink: cfg.Sink, Worker: w.name + " " + Version}
-	w.inline = &approve.Promoter{Store: w.quiet, Sink: cfg.Sink, Worker: w.name + " " + Version}
+	w.useStore(approve.NewStore(cfg.Redis, approve.Options{Prefix: cfg.Prefix, TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged, MaxPendingBytes: cfg.MaxPending}))
 	w.events = events.NewStream(cfg.Redis, cfg.Prefix)
 	w.asynq = asynq.NewClientFromRedisClient(cfg.Redis)
 	return w, nil
+}
+
+// useStore sets the approval store the worker parks in (quiet) and
+// promotes through.
+func (w *Worker) useStore(store *approve.Store) {
+	w.approvals = store.Quiet()
+	w.promoter = &approve.Promoter{Store: store, Sink: w.cfg.Sink, Worker: w.name + " " + Version}
 }
 
 // confine opens the workspace root, asks the isolation plan for the
@@ -384,10 +391,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	sweepCtx, stopSweep := context.WithCancel(context.Background())
-	sweepDone := make(chan struct{})
-	go func() { defer close(sweepDone); w.sweep(sweepCtx) }()
-	defer func() { stopSweep(); <-sweepDone }()
+	// The approval lifecycle's clock: expiry and the catch-up of
+	// promotions, through the store whose transitions are the run's events.
+	sweeper := &approve.Sweeper{Store: w.promoter.Store, Client: w.asynq, Interval: w.cfg.SweepInterval, Log: w.log}
+	sweeper.Start(context.Background())
+	defer sweeper.Stop()
 	w.serving.Store(true)
 	w.log.Info().Strs("queues", queues).Msg("worker started")
 	<-ctx.Done()
