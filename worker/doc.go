@@ -8,5 +8,12 @@
 // internal/sandbox). The isolation tiers in force are probed at New,
 // logged once, and copied into every run record.
 //
+// The approval of a run's output is package approve's: the worker parks it
+// (quiet: its record says the run's state), publishes a policy's
+// acceptance inline through an approve.Promoter, serves the promote tasks
+// front ends queue, and starts the approval lifecycle's clock
+// (approve.Sweeper). A run's end is stored by one component, the
+// completer: record, event and approval updates in one round trip.
+//
 // It builds on Linux only; elsewhere the package is empty.
 package worker

@@ -11,11 +11,9 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
@@ -25,9 +23,11 @@ import (
 // decoded (decode), the steps run (runSteps: steps.go), the output is
 // checked against its contract (check: output.go), the risk policy decides
 // (decide) and the output is parked or accepted (settle). Each phase fills
-// the record with what it owns; one place, report, then writes the record,
-// logs the run's end, emits its event and starts a promotion the run could
-// not finish inline.
+// the record with what it owns; one place, report, then bounds and redacts
+// the record, queues a promotion the run could not finish inline, and
+// hands the record to the completer (completer.go), which stores it with
+// the run's event and its approval's updates in one round trip and logs
+// the run's end.
 
 // errHandedBack marks a run interrupted by shutdown: the task goes back to
 // its queue and will run again, so no record is written.
@@ -157,7 +157,7 @@ func (w *Worker) report(ctx context.Context, rec *record.Run, out outcome) error
 		max, ok := asynq.GetMaxRetry(ctx)
 		final = ok && rec.Attempt > max // the last attempt: no retry will say more
 	}
-	if err := w.finish(ctx, rec, out.err != nil, final, out.after); err != nil {
+	if err := w.completer.complete(ctx, rec, out.err != nil, final, out.after); err != nil {
 		// Without its record the task would end completed (or archived)
 		// with nothing for Wait to read: asynq runs it again, and that
 		// attempt stores one (finding its approval, if it has one).
@@ -303,69 +303,6 @@ func joinErr(a, b string) string {
 		return b
 	}
 	return a + "; " + b
-}
-
-// finish completes and stores the record, with the run's event when
-// final (one round trip), and logs it: at info for a run that was carried
-// out, warn for a run that failed, error for the worker's own failure. It
-// returns the error of storing the record; the event's is logged, not
-// fatal: the record stays the source of truth.
-func (w *Worker) finish(ctx context.Context, rec *record.Run, workerFailed, final bool, after approve.Ops) error {
-	rec.FinishedAt = time.Now().UTC()
-	rec.DurationMS = ms(rec.FinishedAt.Sub(rec.StartedAt))
-	var ev *events.Event
-	if final {
-		e := runEvent(rec)
-		ev = &e
-	}
-	queue, ok := asynq.GetQueueName(ctx)
-	if !ok {
-		queue = rec.Queue
-	}
-	b, err := json.Marshal(rec)
-	var evErr error
-	if err == nil {
-		evErr, err = w.storeRecord(ctx, queue, rec.TaskID, b, ev, after)
-	}
-	var le *zerolog.Event
-	switch {
-	case err != nil:
-		le = w.log.Error().AnErr("result_error", err)
-	case workerFailed:
-		le = w.log.Error()
-	case rec.State == record.StateFailed:
-		le = w.log.Warn()
-	default:
-		le = w.log.Info()
-	}
-	le.Str("task_id", rec.TaskID).Str("run_id", rec.RunID).Int("attempt", rec.Attempt).
-		Str("state", string(rec.State)).Str("verdict", string(rec.Verdict)).Str("error", rec.Error).
-		Float64("duration_ms", rec.DurationMS).Int64("bytes_written", rec.Workspace.UsedBytes).
-		Int64("input_bytes", rec.Workspace.InputBytes).Int("steps", len(rec.Steps)).Msg("task end")
-	if evErr != nil {
-		w.eventFailed(rec, evErr)
-	}
-	if o := w.cfg.Observer; o != nil {
-		if err != nil {
-			o.RedisError("result")
-		}
-		o.RunEnded(rec)
-	}
-	return err
-}
-
-// runEvent is the event of a run's final state.
-func runEvent(rec *record.Run) events.Event {
-	return events.Event{RunID: rec.RunID, TaskID: rec.TaskID, State: rec.State, Verdict: rec.Verdict,
-		ApprovalID: rec.ApprovalID, Error: rec.Error, Principal: rec.Principal}
-}
-
-// eventFailed reports a run's event that could not be appended.
-func (w *Worker) eventFailed(rec *record.Run, err error) {
-	w.log.Warn().Err(err).Str("task_id", rec.TaskID).Msg("events")
-	if o := w.cfg.Observer; o != nil {
-		o.RedisError("events")
-	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

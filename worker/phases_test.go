@@ -113,7 +113,7 @@ func phaseWorker(t *testing.T, pol string) (*Worker, string) {
 	store := t.TempDir()
 	w := &Worker{log: zerolog.Nop(), cfg: Config{Redis: rdb, Prefix: prefix, RiskPolicy: risk, Sink: &promote.FS{Dir: store}}}
 	w.useStore(approve.NewStore(rdb, approve.Options{Prefix: prefix}))
-	w.events = events.NewStream(rdb, prefix)
+	w.completer = newCompleter(&w.cfg, w.log)
 	return w, store
 }
 
@@ -222,7 +222,7 @@ func TestOutputPhases(t *testing.T) {
 func TestSettleEmitsNoEvent(t *testing.T) {
 	w, _ := phaseWorker(t, `{"default": "promote"}`)
 	ctx := context.Background()
-	from, err := w.events.Last(ctx)
+	from, err := w.completer.events.Last(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,13 +233,13 @@ func TestSettleEmitsNoEvent(t *testing.T) {
 	if rec.State != record.StatePromoted {
 		t.Fatalf("state %s: %s", rec.State, rec.Error)
 	}
-	if err := w.events.Append(ctx, runEvent(rec)); err != nil { // what finish stores with the record
+	if err := w.completer.events.Append(ctx, runEvent(rec)); err != nil { // what complete stores with the record
 		t.Fatal(err)
 	}
 	var got []record.State
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_ = w.events.Follow(fctx, from, 100*time.Millisecond, func() (bool, error) { return true, nil }, func(e events.Event) (bool, error) {
+	_ = w.completer.events.Follow(fctx, from, 100*time.Millisecond, func() (bool, error) { return true, nil }, func(e events.Event) (bool, error) {
 		got = append(got, e.State)
 		return false, nil
 	})

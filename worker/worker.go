@@ -18,7 +18,6 @@ import (
 
 	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/events"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -67,8 +66,9 @@ type Worker struct {
 	// promoter publishes accepted approvals: promote tasks (Promote, whose
 	// transitions are the run's events) and a policy's acceptance in the
 	// run's own task (PromoteInline, quiet).
-	promoter  *approve.Promoter
-	events    *events.Stream
+	promoter *approve.Promoter
+	// completer stores a run's end: record, event and approval updates.
+	completer *completer
 	asynq     *asynq.Client
 	fetcher   *fetch.Fetcher
 	secretSrc secrets.Source
@@ -138,7 +138,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.useStore(approve.NewStore(cfg.Redis, approve.Options{Prefix: cfg.Prefix, TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged, MaxPendingBytes: cfg.MaxPending}))
-	w.events = events.NewStream(cfg.Redis, cfg.Prefix)
+	w.completer = newCompleter(&w.cfg, w.log)
 	w.asynq = asynq.NewClientFromRedisClient(cfg.Redis)
 	return w, nil
 }

@@ -27,14 +27,14 @@ func TestStoreRecordWhereAsynqReadsIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	from, err := w.events.Last(ctx)
+	from, err := w.completer.events.Last(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := []byte(`{"task_id":"` + info.ID + `","state":"completed"}`)
 	ev := events.Event{RunID: "r-store", TaskID: info.ID, State: record.StateCompleted, Verdict: record.VerdictOK}
-	if evErr, err := w.storeRecord(ctx, q, info.ID, rec, &ev, nil); err != nil || evErr != nil {
-		t.Fatalf("storeRecord: %v, event: %v", err, evErr)
+	if evErr, err := w.completer.store(ctx, q, info.ID, rec, &ev, nil); err != nil || evErr != nil {
+		t.Fatalf("store: %v, event: %v", err, evErr)
 	}
 	got, err := insp.GetTaskInfo(q, info.ID)
 	if err != nil {
@@ -46,7 +46,7 @@ func TestStoreRecordWhereAsynqReadsIt(t *testing.T) {
 	var seen []string
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_ = w.events.Follow(fctx, from, 100*time.Millisecond, func() (bool, error) { return true, nil }, func(e events.Event) (bool, error) {
+	_ = w.completer.events.Follow(fctx, from, 100*time.Millisecond, func() (bool, error) { return true, nil }, func(e events.Event) (bool, error) {
 		seen = append(seen, e.TaskID+" "+string(e.State))
 		return false, nil
 	})

@@ -1,0 +1,165 @@
+//go:build linux
+
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/record"
+)
+
+// completer owns the persistence of a run's end, as river's job completer
+// owns a job's: report hands it the record, and it stores the record as
+// its task's result, the run's event and its approval's index and audit
+// updates (approve.Ops) in one round trip, tried again while Redis comes
+// back, then logs the run's end and tells the Observer. It is the only
+// writer of a run's record.
+type completer struct {
+	rdb    redis.UniversalClient
+	events *events.Stream
+	log    zerolog.Logger
+	obs    Observer // nil: none
+}
+
+// newCompleter returns the completer of a worker with cfg.
+func newCompleter(cfg *Config, log zerolog.Logger) *completer {
+	return &completer{rdb: cfg.Redis, events: events.NewStream(cfg.Redis, cfg.Prefix), log: log, obs: cfg.Observer}
+}
+
+// complete completes and stores the record, with the run's event when
+// final and its approval's updates (one round trip: store), and logs it: at info for a run that was carried
+// out, warn for a run that failed, error for the worker's own failure. It
+// returns the error of storing the record; the event's is logged, not
+// fatal: the record stays the source of truth.
+func (c *completer) complete(ctx context.Context, rec *record.Run, workerFailed, final bool, after approve.Ops) error {
+	rec.FinishedAt = time.Now().UTC()
+	rec.DurationMS = ms(rec.FinishedAt.Sub(rec.StartedAt))
+	var ev *events.Event
+	if final {
+		e := runEvent(rec)
+		ev = &e
+	}
+	queue, ok := asynq.GetQueueName(ctx)
+	if !ok {
+		queue = rec.Queue
+	}
+	b, err := json.Marshal(rec)
+	var evErr error
+	if err == nil {
+		evErr, err = c.store(ctx, queue, rec.TaskID, b, ev, after)
+	}
+	var le *zerolog.Event
+	switch {
+	case err != nil:
+		le = c.log.Error().AnErr("result_error", err)
+	case workerFailed:
+		le = c.log.Error()
+	case rec.State == record.StateFailed:
+		le = c.log.Warn()
+	default:
+		le = c.log.Info()
+	}
+	le.Str("task_id", rec.TaskID).Str("run_id", rec.RunID).Int("attempt", rec.Attempt).
+		Str("state", string(rec.State)).Str("verdict", string(rec.Verdict)).Str("error", rec.Error).
+		Float64("duration_ms", rec.DurationMS).Int64("bytes_written", rec.Workspace.UsedBytes).
+		Int64("input_bytes", rec.Workspace.InputBytes).Int("steps", len(rec.Steps)).Msg("task end")
+	if evErr != nil {
+		c.eventFailed(rec, evErr)
+	}
+	if o := c.obs; o != nil {
+		if err != nil {
+			o.RedisError("result")
+		}
+		o.RunEnded(rec)
+	}
+	return err
+}
+
+// runEvent is the event of a run's final state.
+func runEvent(rec *record.Run) events.Event {
+	return events.Event{RunID: rec.RunID, TaskID: rec.TaskID, State: rec.State, Verdict: rec.Verdict,
+		ApprovalID: rec.ApprovalID, Error: rec.Error, Principal: rec.Principal}
+}
+
+// eventFailed reports a run's event that could not be appended.
+func (c *completer) eventFailed(rec *record.Run, err error) {
+	c.log.Warn().Err(err).Str("task_id", rec.TaskID).Msg("events")
+	if o := c.obs; o != nil {
+		o.RedisError("events")
+	}
+}
+
+// resultRetryFor bounds how long store tries to store a record.
+const resultRetryFor = 10 * time.Second
+
+// taskKey is where asynq (v0.26, base.TaskKey) keeps a task: a hash whose
+// "result" field is the task's result, which its ResultWriter sets with
+// one HSET. The worker sets the field itself so that the run's event goes
+// in the same round trip; TestStoreRecordWhereAsynqReadsIt checks that
+// asynq's Inspector reads it back.
+func taskKey(queue, taskID string) string { return "asynq:{" + queue + "}:t:" + taskID }
+
+// store stores a run's record as its task's result and, when ev is
+// not nil, appends the run's event after it, in one round trip with the
+// index and audit updates of its approval (after, when not nil), queued
+// before the record. Redis may fail for a moment (a restart: connections
+// refused, then LOADING while it reads its AOF back; a failover): the
+// write is tried again, for up to resultRetryFor and as long as ctx
+// lasts, before the error is returned (report then has asynq run the task
+// again rather than end it without a record). A retry sends the event and
+// the approval's updates again: like an event, an audit entry may then
+// appear twice; index updates are idempotent. evErr is the event's own
+// failure once the record is stored: the record stays the source of
+// truth, and Wait reads the task anyway.
+func (c *completer) store(ctx context.Context, queue, taskID string, b []byte, ev *events.Event, after approve.Ops) (evErr, err error) {
+	deadline := time.Now().Add(resultRetryFor)
+	delay := 100 * time.Millisecond
+	key := taskKey(queue, taskID)
+	for {
+		var hset *redis.IntCmd
+		var xadd *redis.StringCmd
+		cmds, _ := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if after != nil {
+				after(ctx, p)
+			}
+			hset = p.HSet(ctx, key, "result", b)
+			if ev != nil {
+				xadd = c.events.AppendOp(ctx, p, *ev)
+			}
+			return nil
+		})
+		err = hset.Err()
+		if err == nil {
+			if xadd != nil {
+				evErr = xadd.Err()
+			}
+			for _, cmd := range cmds {
+				if cmd != hset && cmd != xadd && cmd.Err() != nil {
+					// Stale indexes, not wrong ones: readers re-check the
+					// approval's hash, and a promotion of it repairs them
+					// (approve.Store.Reindex).
+					c.log.Warn().Err(cmd.Err()).Str("task_id", taskID).Msg("approval indexes not updated")
+					break
+				}
+			}
+			return evErr, nil
+		}
+		if ctx.Err() != nil || time.Now().Add(delay).After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
