@@ -19,6 +19,9 @@ import (
 // an approval is otherwise never deleted before its retention ends, and
 // no other package deletes or rewrites an approval's keys.
 func (s *Store) Purge(ctx context.Context, runPrefix string, since time.Time) (int, error) {
+	if runPrefix == "" {
+		return 0, errors.New("approve: purge: runPrefix is empty (it would name every run whose id starts with a dash)")
+	}
 	from := since.Add(-time.Minute)
 	ids, err := s.rdb.ZRangeByScore(ctx, s.index(idxAll), &redis.ZRangeBy{
 		Min: strconv.FormatInt(from.UnixMicro(), 10), Max: "+inf"}).Result()

@@ -28,6 +28,9 @@ func TestPurge(t *testing.T) {
 	}
 	keep, data := sample("ap-keep", q)
 	kept := park(t, s, keep, data)
+	if n, err := s.Purge(ctx, "", start); err == nil || n != 0 {
+		t.Fatalf("Purge with no prefix = %d, %v; want an error", n, err)
+	}
 	n, err := s.Purge(ctx, "run-ap-pg", start)
 	if err != nil || n != 2 {
 		t.Fatalf("Purge = %d, %v; want 2 approvals", n, err)
