@@ -102,7 +102,7 @@ type Enqueued struct {
 // that send one key get two tasks.
 //
 // A call of an action ({"action": NAME, "params": ...}) is checked
-// against the catalog its queue's workers published (actions.Load): an
+// against the catalog its queue's workers published (queuepolicy.LoadActions): an
 // action they do not have is a *tasks.FieldError on action, params that
 // break the action's schema one on params or its member. Its deadline
 // and retries are the action's.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/actions"
+	"github.com/airlock-run/airlock/internal/queuepolicy"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -17,7 +18,7 @@ func (c *Client) Actions(ctx context.Context, queue string) ([]actions.Info, err
 	if queue == "" {
 		queue = defaultQueue
 	}
-	infos, _, err := actions.Load(ctx, c.rdb, c.opts.Prefix, queue)
+	infos, _, err := queuepolicy.LoadActions(ctx, c.rdb, c.opts.Prefix, queue)
 	if err != nil {
 		return nil, fmt.Errorf("airlock: %w", err)
 	}
@@ -34,7 +35,7 @@ func (c *Client) runBounds(ctx context.Context, spec *tasks.Spec, p limits.Polic
 	if spec.Action == "" {
 		return time.Duration(spec.Timeout), *spec.MaxRetry, nil
 	}
-	infos, published, err := actions.Load(ctx, c.rdb, c.opts.Prefix, spec.Queue)
+	infos, published, err := queuepolicy.LoadActions(ctx, c.rdb, c.opts.Prefix, spec.Queue)
 	if err != nil {
 		return 0, 0, fmt.Errorf("airlock: %w", err)
 	}

@@ -33,7 +33,8 @@
 // its definition.
 //
 // Workers publish what callers need of their catalog (name, description,
-// params schema, digest, timeout, retries; never the spec) to Redis, so
+// params schema, digest, timeout, retries; never the spec) to Redis
+// (internal/queuepolicy, with their limits and grants), so
 // that the Go client, enqueue, the HTTP API and the MCP server can list
 // the actions and check params before enqueue. As with published limits,
 // the last worker to start wins: workers that share a Redis should share
@@ -226,6 +227,16 @@ func (c *Catalog) Infos() []Info {
 	}
 	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// Find returns the action called name in infos.
+func Find(infos []Info, name string) (Info, bool) {
+	for _, i := range infos {
+		if i.Name == name {
+			return i, true
+		}
+	}
+	return Info{}, false
 }
 
 // Names lists the actions' names, sorted.

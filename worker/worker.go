@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/approve"
 
 	"github.com/hibiken/asynq"
@@ -372,7 +371,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := queuepolicy.PublishGrants(ctx, w.cfg.Redis, w.cfg.Prefix, queues, w.cfg.RiskPolicy.Grants()); err != nil {
 		return fmt.Errorf("worker: publish secret grants: %w", err)
 	}
-	if err := actions.Publish(ctx, w.cfg.Redis, w.cfg.Prefix, queues, w.cfg.Actions.Infos()); err != nil {
+	if err := queuepolicy.PublishActions(ctx, w.cfg.Redis, w.cfg.Prefix, queues, w.cfg.Actions.Infos()); err != nil {
 		return fmt.Errorf("worker: publish the actions' catalog: %w", err)
 	}
 	srv := asynq.NewServerFromRedisClient(w.cfg.Redis, asynq.Config{

@@ -9,18 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/policy"
 )
 
 // GrantsKey is the Redis key that holds the secret grants published for
 // queue: <prefix>grants:<queue>, with prefix "" meaning "airlock:".
-func GrantsKey(prefix, queue string) string {
-	if prefix == "" {
-		prefix = events.DefaultPrefix
-	}
-	return prefix + "grants:" + queue
-}
+func GrantsKey(prefix, queue string) string { return keyOf(prefix, "grants", queue) }
 
 // Grants is what a queue's workers grant a free-form spec on that queue:
 // the secrets whose grant names the queue, each with its env and hosts
@@ -67,14 +61,9 @@ func PublishGrants(ctx context.Context, rdb redis.UniversalClient, prefix string
 		if len(b) > maxGrantsBytes {
 			return fmt.Errorf("queuepolicy: the grants of queue %q take %d bytes, above %d", q, len(b), maxGrantsBytes)
 		}
-		vals[q] = b
+		vals[GrantsKey(prefix, q)] = b
 	}
-	_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for q, b := range vals {
-			pipe.Set(ctx, GrantsKey(prefix, q), b, 0)
-		}
-		return nil
-	})
+	err := setAll(ctx, rdb, vals)
 	if err != nil {
 		return fmt.Errorf("queuepolicy: publishing the grants of %d queue(s): %w", len(queues), err)
 	}
@@ -86,17 +75,12 @@ func PublishGrants(ctx context.Context, rdb redis.UniversalClient, prefix string
 // Grants, or larger than a worker publishes, is an error naming its key.
 func LoadGrants(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) (Grants, bool, error) {
 	key := GrantsKey(prefix, queue)
-	// GETRANGE bounds the read; a missing key reads as "", which no worker
-	// publishes.
-	b, err := rdb.GetRange(ctx, key, 0, maxGrantsBytes).Bytes()
-	if err != nil {
-		return Grants{}, false, fmt.Errorf("queuepolicy: loading the grants of queue %q: %w", queue, err)
-	}
-	if len(b) == 0 {
-		return Grants{}, false, nil
-	}
-	if len(b) > maxGrantsBytes {
-		return Grants{}, false, fmt.Errorf("queuepolicy: key %s holds more than %d bytes (delete it, then restart the queue's workers)", key, maxGrantsBytes)
+	b, ok, err := loadBounded(ctx, rdb, key, maxGrantsBytes)
+	if err != nil || !ok {
+		if err != nil {
+			err = fmt.Errorf("queuepolicy: loading the grants of queue %q: %w", queue, err)
+		}
+		return Grants{}, false, err
 	}
 	var g Grants
 	if err := json.Unmarshal(b, &g); err != nil || g.Secrets == nil {

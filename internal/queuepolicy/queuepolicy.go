@@ -18,18 +18,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/limits"
 )
 
 // Key is the Redis key that holds the policy published for queue:
 // <prefix>policy:<queue>, with prefix "" meaning "airlock:".
-func Key(prefix, queue string) string {
-	if prefix == "" {
-		prefix = events.DefaultPrefix
-	}
-	return prefix + "policy:" + queue
-}
+func Key(prefix, queue string) string { return keyOf(prefix, "policy", queue) }
 
 // Publish stores p as the policy of each queue (JSON, SET, no expiry),
 // replacing what an earlier worker published: the last worker to start
@@ -46,13 +40,11 @@ func Publish(ctx context.Context, rdb redis.UniversalClient, prefix string, queu
 	if err != nil {
 		return fmt.Errorf("queuepolicy: encoding the policy: %w", err)
 	}
-	_, err = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for _, q := range queues {
-			pipe.Set(ctx, Key(prefix, q), b, 0)
-		}
-		return nil
-	})
-	if err != nil {
+	vals := make(map[string][]byte, len(queues))
+	for _, q := range queues {
+		vals[Key(prefix, q)] = b
+	}
+	if err := setAll(ctx, rdb, vals); err != nil {
 		return fmt.Errorf("queuepolicy: publishing the policy of %d queue(s): %w", len(queues), err)
 	}
 	return nil

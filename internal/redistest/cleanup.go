@@ -8,7 +8,6 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/internal/queuepolicy"
 	"github.com/airlock-run/airlock/internal/redisconn"
 )
@@ -30,7 +29,7 @@ func deleteQueue(url, q string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.Del(ctx, queuepolicy.Key("", q), queuepolicy.GrantsKey("", q), actions.Key("", q)).Err(); err != nil {
+	if err := c.Del(ctx, queuepolicy.Key("", q), queuepolicy.GrantsKey("", q), queuepolicy.ActionsKey("", q)).Err(); err != nil {
 		return fmt.Errorf("deleting the queue's policy: %w", err)
 	}
 	if err := DeleteMatching(ctx, c, "asynq:{"+q+"}:*"); err != nil {
