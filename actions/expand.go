@@ -287,7 +287,9 @@ func (d *Definition) expand(vals map[string]string, params []byte) (*tasks.Spec,
 			out := tasks.ExpandParams(v, func(n string) string { return vals[n] })
 			// The worker expands ${secret:NAME} in headers after this: params
 			// must not form a reference of their own ("$" + "{secret:X}").
-			if !slices.Equal(tasks.SecretRefs(out), tasks.SecretRefs(v)) || strings.Count(out, "${") != strings.Count(v, "${")-len(tasks.ParamRefs(v)) {
+			// A value holds no "${" (scalar), so any more of them than the
+			// template's own were formed across a value's edge.
+			if strings.Count(out, "${") != strings.Count(v, "${")-len(tasks.ParamRefs(v)) {
 				return nil, &tasks.FieldError{Field: "params", Msg: fmt.Sprintf("would form a secret reference in the action's input header %s", k),
 					Hint: `a parameter's "$", "{" and "}" may not make "${" with the definition's text or another parameter`}
 			}
