@@ -4,7 +4,7 @@
 // stores as the task's result.
 //
 // A spec is checked before it is enqueued, against the limits.Policy the
-// queue's workers published (internal/queuepolicy) or, when none did, the
+// queue's workers published (internal/redis/queuepolicy) or, when none did, the
 // default policy; the worker checks it again. A spec with an idempotency_key
 // is enqueued at most once per queue while its task is kept: pending,
 // running, retrying, archived, or completed within the retention period.

@@ -14,8 +14,8 @@ import (
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
-	"github.com/airlock-run/airlock/internal/queuepolicy"
-	"github.com/airlock-run/airlock/internal/redisconn"
+	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
+	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/tasks"
 )

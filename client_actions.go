@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/actions"
-	"github.com/airlock-run/airlock/internal/queuepolicy"
+	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/tasks"
 )

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/queuepolicy"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"

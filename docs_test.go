@@ -197,7 +197,7 @@ func TestLinkCheckerCatchesBrokenLinks(t *testing.T) {
 		"docs/no-such-page.md":            true,
 		"#who-may-ask-for-what":           false,
 		"#how-a-task-runs-in-three-lines": true,
-		"internal/sandbox":                false,
+		"internal/isolation/sandbox":      false,
 	} {
 		if got := checkTarget(t, ".", "README.md", target) != ""; got != broken {
 			t.Errorf("checkTarget(%q) reports a problem: %v, want %v", target, got, broken)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/airlock-run/airlock/internal/queuepolicy"
+	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/tasks"
 )

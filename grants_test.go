@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/queuepolicy"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/tasks"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/tasks"
 )
 

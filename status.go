@@ -89,6 +89,12 @@ func (c *Client) Locate(ctx context.Context, taskID string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("airlock: list queues: %w", err)
 	}
+	return c.LocateIn(ctx, taskID, queues)
+}
+
+// LocateIn is Locate among queues only (a caller bound to some queues
+// looks nowhere else).
+func (c *Client) LocateIn(ctx context.Context, taskID string, queues []string) (string, error) {
 	var found []string
 	for _, q := range queues {
 		if err := ctx.Err(); err != nil {

@@ -27,14 +27,14 @@ import (
 // portable are the packages a backend (or an approver's laptop) may build.
 var portable = []string{
 	".", "./approve", "./contract", "./events", "./limits", "./policy", "./promote",
-	"./record", "./tasks", "./internal/queuepolicy", "./cmd/enqueue", "./cmd/approve",
-	"./httpapi", "./cmd/api", "./webhook",
-	"./internal/mcpserver", "./cmd/mcp",
+	"./record", "./tasks", "./internal/redis/queuepolicy", "./cmd/enqueue", "./cmd/approve",
+	"./frontend/httpapi", "./cmd/api", "./frontend/webhook",
+	"./frontend/mcpserver", "./cmd/mcp",
 }
 
 // linuxOnly are the packages that confine steps or mount their workspaces.
 var linuxOnly = []string{
-	"internal/sandbox", "internal/cgroup", "tmpfs", "worker", "internal/bench",
+	"internal/isolation/sandbox", "internal/isolation/cgroup", "tmpfs", "worker", "internal/bench",
 }
 
 // linuxEdges are the only imports of a Linux-only package by a portable one,
@@ -201,7 +201,7 @@ func TestProductionWorkerLinksNoDevMode(t *testing.T) {
 		t.Skip("no go command")
 	}
 	devOnly := func(dep string) bool {
-		return strings.HasPrefix(dep, module+"examples/") || dep == module+"internal/devredis" ||
+		return strings.HasPrefix(dep, module+"examples/") || dep == module+"internal/redis/devredis" ||
 			strings.HasPrefix(dep, "github.com/alicebob/miniredis")
 	}
 	for _, tags := range []string{"airlock_nodev", ""} {
@@ -227,25 +227,72 @@ func TestProductionWorkerLinksNoDevMode(t *testing.T) {
 }
 
 // frontEnds are the packages that take an approver's or a client's
-// request (HTTP, MCP, the CLIs): they read and decide approvals and queue
-// tasks, and never confine anything.
-var frontEnds = []string{
-	"./httpapi", "./internal/mcpserver", "./cmd/api", "./cmd/mcp", "./cmd/approve", "./cmd/enqueue",
-}
+// request (HTTP, MCP, webhooks out, the CLIs): every package under
+// frontend/ and the commands that serve or call them. They read and decide
+// approvals and queue tasks, and never confine anything.
+var frontEnds = []string{"./frontend/...", "./cmd/api", "./cmd/mcp", "./cmd/approve", "./cmd/enqueue"}
+
+// runsSteps are the packages that start or bound a step: a front end links
+// none of them, by any path, on any platform. (contract's confined
+// validation child reaches internal/isolation/confine on Linux, which runs
+// no step.)
+var runsSteps = []string{"internal/isolation/sandbox", "internal/isolation/cgroup", "worker"}
 
 // A front end never imports the sandbox, by any path, on any platform:
-// isolation is decided and done in internal/sandbox, which only the
+// isolation is decided and done in internal/isolation/sandbox, which only the
 // worker runs.
 func TestFrontEndsImportNoSandbox(t *testing.T) {
 	for _, goos := range []string{"linux", "darwin", "windows"} {
-		for _, p := range goList(t, goos, frontEnds...) {
+		listed := goList(t, goos, frontEnds...)
+		if len(listed) < len(frontEnds)+2 {
+			t.Fatalf("GOOS=%s: go list found %d front ends", goos, len(listed))
+		}
+		for _, p := range listed {
 			if p.Error != nil {
 				t.Errorf("GOOS=%s %s: %s", goos, p.ImportPath, p.Error.Err)
 			}
 			for _, d := range p.Deps {
-				if d == module+"internal/sandbox" || strings.HasPrefix(d, module+"internal/sandbox/") {
-					t.Errorf("GOOS=%s: front end %s imports %s", goos, p.ImportPath, d)
+				for _, banned := range runsSteps {
+					if d == module+banned || strings.HasPrefix(d, module+banned+"/") {
+						t.Errorf("GOOS=%s: front end %s imports %s", goos, p.ImportPath, d)
+					}
 				}
+			}
+		}
+	}
+}
+
+// internalGroups is how internal/ is laid out: packages that confine a step
+// (isolation), that talk to the network for it (network), that wire Redis
+// (redis), that only tests use (testkit), and four that stand alone.
+var internalGroups = map[string]bool{
+	"isolation": true, "network": true, "redis": true, "testkit": true,
+	"bench": true, "cli": true, "metrics": true, "secrets": true,
+}
+
+// internal/ holds its groups and nothing else, and no package outside the
+// test helpers imports one (testkit, or a package named *test): production
+// code links no test kit.
+func TestInternalLayoutAndTestHelpers(t *testing.T) {
+	entries, err := os.ReadDir("internal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !internalGroups[e.Name()] {
+			t.Errorf("internal/%s is not one of the groups (isolation, network, redis, testkit) nor a known single package: give it a home and list it in internalGroups", e.Name())
+		}
+	}
+	helper := func(p string) bool {
+		return strings.HasPrefix(p, module+"internal/testkit/") || strings.HasSuffix(p, "test") && strings.HasPrefix(p, module)
+	}
+	for _, p := range goListArgs(t, "linux", "-json=ImportPath,Imports", "./...") {
+		if helper(p.ImportPath) || strings.HasPrefix(p.ImportPath, module+"e2e") {
+			continue
+		}
+		for _, d := range p.Imports {
+			if helper(d) {
+				t.Errorf("%s imports the test helper %s", p.ImportPath, d)
 			}
 		}
 	}
@@ -259,7 +306,7 @@ func TestApproveImportsNoStoreOrCaller(t *testing.T) {
 	for _, goos := range []string{"linux", "darwin", "windows"} {
 		for _, p := range goList(t, goos, "./approve") {
 			for _, d := range p.Deps {
-				for _, banned := range []string{"promote", "worker", "httpapi", "internal/mcpserver", "webhook", "internal/sandbox", "cmd"} {
+				for _, banned := range []string{"promote", "worker", "frontend", "internal/isolation", "cmd"} {
 					if d == module+banned || strings.HasPrefix(d, module+banned+"/") {
 						t.Errorf("GOOS=%s: approve imports %s", goos, d)
 					}

@@ -34,7 +34,7 @@
 //
 // Workers publish what callers need of their catalog (name, description,
 // params schema, digest, timeout, retries; never the spec) to Redis
-// (internal/queuepolicy, with their limits and grants), so
+// (internal/redis/queuepolicy, with their limits and grants), so
 // that the Go client, enqueue, the HTTP API and the MCP server can list
 // the actions and check params before enqueue. As with published limits,
 // the last worker to start wins: workers that share a Redis should share

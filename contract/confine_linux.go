@@ -12,7 +12,7 @@ import (
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-run/airlock/internal/confine"
+	"github.com/airlock-run/airlock/internal/isolation/confine"
 )
 
 // landlockABI returns the kernel's Landlock ABI version, 0 without one.

@@ -22,8 +22,8 @@ import (
 	"time"
 
 	csvreport "github.com/airlock-run/airlock/examples/csv-report"
-	"github.com/airlock-run/airlock/httpapi"
-	"github.com/airlock-run/airlock/httpapi/httpapitest"
+	"github.com/airlock-run/airlock/frontend/httpapi"
+	"github.com/airlock-run/airlock/frontend/httpapi/httpapitest"
 )
 
 // The API's binary, built on first use (or copied from $AIRLOCK_E2E_BIN).

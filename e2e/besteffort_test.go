@@ -81,7 +81,7 @@ func TestBestEffortDevMode(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
 	wsRoot := newBundle(t).root // a root slot uids can reach, when run as root
 	env := append(withoutRedisURL(os.Environ()), "XDG_RUNTIME_DIR="+runtimeDir)
-	cmd := exec.Command(bin.worker, "-dev", "-dev-addr", "127.0.0.1:0", "-workspace-root", wsRoot,
+	cmd := exec.Command(bin.devWorker, "-dev", "-dev-addr", "127.0.0.1:0", "-workspace-root", wsRoot,
 		"-uid-lock-dir", filepath.Join(t.TempDir(), "uids"), "-store", store, "-log-format", "console")
 	cmd.Env = env
 	stdout, err := cmd.StdoutPipe()

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/record"
 	"github.com/google/go-cmp/cmp"
 )

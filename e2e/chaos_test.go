@@ -21,7 +21,7 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/internal/redisconn"
+	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/record"
 )
 

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/record"
 )
 

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/hibiken/asynq"
@@ -28,6 +28,7 @@ import (
 var bin struct {
 	dir                     string
 	worker, enqueu, approve string
+	devWorker               string // cmd/worker with -dev; worker is the production build (airlock_nodev)
 	probeDir                string // testdata/probe.c built, in a directory of its own; "" without a C compiler
 	probeErr                string
 }
@@ -44,11 +45,20 @@ func TestMain(m *testing.M) {
 	bin.dir = dir
 	os.Chmod(dir, 0o711) // the probe runs as slot uids too
 	bin.worker, bin.enqueu, bin.approve = filepath.Join(dir, "worker"), filepath.Join(dir, "enqueue"), filepath.Join(dir, "approve")
+	bin.devWorker = filepath.Join(dir, "worker-dev")
 	// $AIRLOCK_E2E_BIN names a directory of prebuilt binaries: CI runs the
 	// best-effort tests as an unprivileged user, who cannot build.
 	prebuilt := os.Getenv("AIRLOCK_E2E_BIN")
-	for out, pkg := range map[string]string{bin.worker: "../cmd/worker", bin.enqueu: "../cmd/enqueue", bin.approve: "../cmd/approve"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
+	// The tests run the worker as it ships (Dockerfile: -tags airlock_nodev);
+	// only the dev-mode test runs the build with -dev.
+	for out, build := range map[string][]string{
+		bin.worker:    {"-tags", "airlock_nodev", "../cmd/worker"},
+		bin.devWorker: {"../cmd/worker"},
+		bin.enqueu:    {"../cmd/enqueue"},
+		bin.approve:   {"../cmd/approve"},
+	} {
+		pkg := build[len(build)-1]
+		cmd := exec.Command("go", append([]string{"build", "-o", out}, build...)...)
 		if prebuilt != "" {
 			cmd = exec.Command("cp", filepath.Join(prebuilt, filepath.Base(out)), out)
 		}
@@ -184,7 +194,7 @@ func (b *bundle) startWorker(flags ...string) *workerProc {
 	return wp
 }
 
-// buildProbe compiles internal/sandbox/testdata/probe.c into dir/probe/probe, a directory
+// buildProbe compiles internal/isolation/sandbox/testdata/probe.c into dir/probe/probe, a directory
 // the tests bind into the steps' view.
 func buildProbe(dir string) {
 	cc, err := exec.LookPath("cc")
@@ -197,9 +207,9 @@ func buildProbe(dir string) {
 		bin.probeErr = err.Error()
 		return
 	}
-	out, err := exec.Command(cc, "-O1", "-o", filepath.Join(pd, "probe"), "../internal/sandbox/testdata/probe.c").CombinedOutput()
+	out, err := exec.Command(cc, "-O1", "-o", filepath.Join(pd, "probe"), "../internal/isolation/sandbox/testdata/probe.c").CombinedOutput()
 	if err != nil {
-		bin.probeErr = fmt.Sprintf("cc internal/sandbox/testdata/probe.c: %v\n%s", err, out)
+		bin.probeErr = fmt.Sprintf("cc internal/isolation/sandbox/testdata/probe.c: %v\n%s", err, out)
 		return
 	}
 	bin.probeDir = pd

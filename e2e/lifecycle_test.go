@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/record"
 	"github.com/hibiken/asynq"
 )

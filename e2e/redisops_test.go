@@ -19,7 +19,7 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/internal/redisconn"
+	"github.com/airlock-run/airlock/internal/redis/redisconn"
 )
 
 // TestScaleOutRedisOps measures the Redis commands a task costs, on a

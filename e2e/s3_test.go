@@ -20,8 +20,8 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/internal/redistest"
-	"github.com/airlock-run/airlock/internal/s3test"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/s3test"
 	"github.com/airlock-run/airlock/record"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/approve/approvetest"
 	"github.com/airlock-run/airlock/events"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 )

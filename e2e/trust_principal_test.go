@@ -13,8 +13,8 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/events"
-	"github.com/airlock-run/airlock/httpapi"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/frontend/httpapi"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/record"
 )
 

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/redisconn"
+	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/record"
 )
 

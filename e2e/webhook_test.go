@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/frontend/webhook"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/record"
-	"github.com/airlock-run/airlock/webhook"
 )
 
 // TestAPIWebhooks: the API server started with -webhook signs and delivers

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/events"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.uber.org/goleak"

@@ -18,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/record"
 )

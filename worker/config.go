@@ -17,8 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/airlock-run/airlock/internal/egress"
-	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/internal/isolation/sandbox"
+	"github.com/airlock-run/airlock/internal/network/egress"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"

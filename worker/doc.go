@@ -5,7 +5,7 @@
 // A Worker owns a fixed set of slots, one per unit of concurrency. Each slot
 // has its own unprivileged uid, its own directory for workspaces, and a
 // long-lived sandbox helper that runs the slot's steps (see
-// internal/sandbox). The isolation tiers in force are probed at New,
+// internal/isolation/sandbox). The isolation tiers in force are probed at New,
 // logged once, and copied into every run record.
 //
 // The approval of a run's output is package approve's: the worker parks it

@@ -7,7 +7,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/airlock-run/airlock/internal/fetch"
+	"github.com/airlock-run/airlock/internal/network/fetch"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
@@ -47,7 +47,7 @@ func (w *Worker) checkGrants(spec *tasks.Spec) error {
 // fetchGrant checks, just before input i is fetched from rawURL (the URL
 // the request goes to), that every secret its headers carry is granted to
 // that URL's host. Redirects to another host:port get no header of the
-// spec's (internal/fetch).
+// spec's (internal/network/fetch).
 func (w *Worker) fetchGrant(spec *tasks.Spec, i int, rawURL string) error {
 	in := spec.Inputs[i]
 	for _, k := range slices.Sorted(maps.Keys(in.Headers)) {

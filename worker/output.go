@@ -17,7 +17,7 @@ import (
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
-	"github.com/airlock-run/airlock/internal/cgroup"
+	"github.com/airlock-run/airlock/internal/isolation/cgroup"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/record"

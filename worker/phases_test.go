@@ -16,8 +16,8 @@ import (
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
-	"github.com/airlock-run/airlock/internal/redistest"
-	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/internal/isolation/sandbox"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/promote"

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/internal/isolation/sandbox"
 )
 
 // startSlots makes the worker's slots: for each, a uid (as root), a

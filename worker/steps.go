@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-run/airlock/internal/egress"
-	"github.com/airlock-run/airlock/internal/fetch"
-	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/internal/isolation/sandbox"
+	"github.com/airlock-run/airlock/internal/network/egress"
+	"github.com/airlock-run/airlock/internal/network/fetch"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"

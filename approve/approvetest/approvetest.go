@@ -1,5 +1,5 @@
 // Package approvetest gives tests an approval store of their own in the
-// test Redis (internal/redistest).
+// test Redis (internal/testkit/redistest).
 package approvetest
 
 import (
@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/internal/redisconn"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/redis/redisconn"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 )
 
 // Prefix returns a key prefix no other test uses: the name of a queue of

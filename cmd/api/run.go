@@ -14,11 +14,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/httpapi"
+	"github.com/airlock-run/airlock/frontend/httpapi"
+	"github.com/airlock-run/airlock/frontend/webhook"
 	"github.com/airlock-run/airlock/internal/cli"
-	"github.com/airlock-run/airlock/internal/redisconn"
+	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/tasks"
-	"github.com/airlock-run/airlock/webhook"
 )
 
 // Exit codes of Run.

@@ -23,8 +23,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/airlock-run/airlock/httpapi"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/frontend/httpapi"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()...) }

@@ -9,7 +9,7 @@ import (
 	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/internal/bench"
 	"github.com/airlock-run/airlock/internal/cli"
-	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/internal/isolation/sandbox"
 )
 
 func main() {

@@ -17,8 +17,8 @@ import (
 	"github.com/hibiken/asynq"
 	"go.uber.org/goleak"
 
-	"github.com/airlock-run/airlock/internal/queuepolicy"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"

@@ -1,5 +1,5 @@
 // Command mcp is Airlock's MCP server for agents: the tools run_action,
-// get_run, wait_run and get_result (internal/mcpserver) over stdio, for an
+// get_run, wait_run and get_result (frontend/mcpserver) over stdio, for an
 // agent host that starts it, or over streamable HTTP at /mcp with -http:
 //
 //	mcp [flags]                  serve on stdin/stdout

@@ -18,9 +18,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/frontend/mcpserver"
 	"github.com/airlock-run/airlock/internal/cli"
-	"github.com/airlock-run/airlock/internal/mcpserver"
-	"github.com/airlock-run/airlock/internal/redisconn"
+	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/tasks"
 )
 

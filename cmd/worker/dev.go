@@ -27,7 +27,7 @@ import (
 	"github.com/airlock-run/airlock"
 	csvreport "github.com/airlock-run/airlock/examples/csv-report"
 	"github.com/airlock-run/airlock/internal/cli"
-	"github.com/airlock-run/airlock/internal/devredis"
+	"github.com/airlock-run/airlock/internal/redis/devredis"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/worker"
 )

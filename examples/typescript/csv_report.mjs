@@ -3,7 +3,7 @@
  * Runs Airlock's csv-report demo through the HTTP API (cmd/api), with
  * Node 20's fetch and nothing else: plain JavaScript with JSDoc types, so
  * that `node csv_report.mjs` runs it as is and `tsc --checkJs` (or an
- * editor) type-checks it. The types are those of httpapi/openapi.json.
+ * editor) type-checks it. The types are those of frontend/httpapi/openapi.json.
  *
  * It runs the operator's csv-report action (examples/csv-report/actions:
  * the worker must load it, as `worker -dev` does, or with -actions) by name

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/contract"
-	"github.com/airlock-run/airlock/internal/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 )
 
 // TestHarnessTiny runs the whole harness at a tiny size, so that it cannot

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/contract"
-	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/internal/isolation/sandbox"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/tmpfs"
 )

@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/airlock-run/airlock/internal/cli"
-	"github.com/airlock-run/airlock/internal/queuepolicy"
+	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
 )
 
 // Main is the bench command: it parses args, runs the benchmark and prints
@@ -130,24 +130,11 @@ func deleteQueue(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Ins
 	// DeleteQueue refuses while a task is active (a server that was killed
 	// leaves them so): the keys below go anyway.
 	_ = insp.DeleteQueue(q, true)
-	keys := []string{queuepolicy.Key("", q)}
-	iter := rdb.Scan(ctx, 0, "asynq:{"+q+"}:*", 1000).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) >= 1000 {
-			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
-				return err
-			}
-			keys = keys[:0]
-		}
-	}
-	if err := iter.Err(); err != nil {
+	if err := rdb.Unlink(ctx, queuepolicy.Key("", q)).Err(); err != nil {
 		return err
 	}
-	if len(keys) > 0 {
-		if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
-			return err
-		}
+	if err := deletePrefix(ctx, rdb, "asynq:{"+q+"}:"); err != nil {
+		return err
 	}
 	return rdb.SRem(ctx, "asynq:queues", q).Err()
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/airlock-run/airlock/contract"
-	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/internal/isolation/sandbox"
 )
 
 // TestMain lets the test binary serve as what the harness re-executes: a

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-run/airlock/internal/sandbox"
+	"github.com/airlock-run/airlock/internal/isolation/sandbox"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tmpfs"

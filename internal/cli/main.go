@@ -7,7 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/airlock-run/airlock/internal/redislog"
+	"github.com/airlock-run/airlock/internal/redis/redislog"
 )
 
 // RunFunc is a command's Run: it runs the command with args (without the

@@ -30,7 +30,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/internal/s3test"
+	"github.com/airlock-run/airlock/internal/testkit/s3test"
 	"github.com/airlock-run/airlock/promote/s3store"
 	"github.com/airlock-run/airlock/record"
 )

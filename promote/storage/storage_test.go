@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/airlock-run/airlock/approve"
-	"github.com/airlock-run/airlock/internal/s3test"
+	"github.com/airlock-run/airlock/internal/testkit/s3test"
 	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/promote/s3store"
 	"github.com/airlock-run/airlock/promote/storage"

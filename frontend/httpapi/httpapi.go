@@ -1,0 +1,330 @@
+// Package httpapi is Airlock's HTTP JSON API, for backends in any
+// language: enqueue a spec, read or long-poll its run record, follow its
+// state changes as Server-Sent Events, read its promoted result; and, for
+// approvers, list, show, accept and reject parked outputs. It is a thin
+// layer over the Go API (airlock.Client), the approval store
+// (approve.Store) and the events stream (events.Stream): the same checks,
+// the same exactly-once decisions, the same messages as the CLIs.
+//
+// Every route under /v1 takes a bearer token of a token file (Tokens) that
+// holds the route's scope; the token's name is who asks (every run it
+// enqueues is stamped with it as its principal, every decision it makes
+// is recorded as its), and a token bound to queues or actions may use only
+// those (bind.go). Every error is application/problem+json (RFC
+// 9457) and names the field that was wrong. The routes, their parameters
+// and their responses are described by the OpenAPI 3.1 document OpenAPI
+// (openapi.json, served at /openapi.json); the spec's JSON Schema
+// (tasks.SpecSchema) is served at /spec.schema.json.
+//
+// cmd/api serves it; a Go program may mount Handler in its own server.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/tasks"
+)
+
+// Defaults and bounds of Options.
+const (
+	// MaxWait bounds a long poll (?wait=) and an event stream: a client
+	// that wants more asks again.
+	MaxWait = 5 * time.Minute
+	// DefaultKeepAlive is how often an idle event stream sends a comment.
+	DefaultKeepAlive = 15 * time.Second
+	// maxDecisionBody caps the body of an accept or reject.
+	maxDecisionBody = 64 << 10
+)
+
+// Options configure a Handler. Tokens is required.
+type Options struct {
+	// Prefix of Airlock's keys in Redis: the workers' -prefix ("" is
+	// "airlock:").
+	Prefix string
+	// Retention of a run record (airlock.ClientOptions.Retention).
+	Retention time.Duration
+	// MaxPayload caps the request body of POST /v1/runs and the encoded
+	// spec (airlock.ClientOptions.MaxPayload); 0 is
+	// tasks.DefaultMaxPayload.
+	MaxPayload int
+	// Tokens are the bearer tokens accepted.
+	Tokens *Tokens
+	// Log receives one line per request, and the errors; nil logs nothing.
+	Log *zerolog.Logger
+	// MaxStream bounds an event stream (MaxWait when 0 or more).
+	MaxStream time.Duration
+	// KeepAlive is the interval of an event stream's comments
+	// (DefaultKeepAlive when 0).
+	KeepAlive time.Duration
+}
+
+// Handler serves the API. Create it with New; call Close before the
+// server's Shutdown so that long polls and event streams end at once.
+type Handler struct {
+	rdb        redis.UniversalClient
+	client     *airlock.Client
+	store      *approve.Store
+	events     *events.Stream
+	promotions *asynq.Client
+	tokens     *Tokens
+	maxPayload int
+	maxStream  time.Duration
+	keepAlive  time.Duration
+	log        zerolog.Logger
+	mux        *http.ServeMux
+
+	stopCtx context.Context // canceled by Close
+	stop    context.CancelFunc
+}
+
+// New returns a Handler that keeps its runs, approvals and events in rdb,
+// which the caller keeps and closes after the Handler.
+func New(rdb redis.UniversalClient, opts Options) (*Handler, error) {
+	if opts.Tokens == nil || opts.Tokens.Len() == 0 {
+		return nil, errors.New("httpapi: no tokens")
+	}
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		return nil, fmt.Errorf("httpapi: prefix %q holds a brace", opts.Prefix)
+	}
+	if opts.MaxPayload <= 0 {
+		opts.MaxPayload = tasks.DefaultMaxPayload
+	}
+	if opts.MaxStream <= 0 || opts.MaxStream > MaxWait {
+		opts.MaxStream = MaxWait
+	}
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = DefaultKeepAlive
+	}
+	h := &Handler{
+		rdb: rdb,
+		client: airlock.NewClient(rdb, airlock.ClientOptions{
+			Retention: opts.Retention, MaxPayload: opts.MaxPayload, Prefix: opts.Prefix,
+		}),
+		store:      approve.NewStore(rdb, approve.Options{Prefix: opts.Prefix}),
+		events:     events.NewStream(rdb, opts.Prefix),
+		promotions: asynq.NewClientFromRedisClient(rdb),
+		tokens:     opts.Tokens,
+		maxPayload: opts.MaxPayload,
+		maxStream:  opts.MaxStream,
+		keepAlive:  opts.KeepAlive,
+		log:        zerolog.Nop(),
+	}
+	h.stopCtx, h.stop = context.WithCancel(context.Background())
+	if opts.Log != nil {
+		h.log = *opts.Log
+	}
+	h.routes()
+	return h, nil
+}
+
+// Close ends the long polls (they answer with the run as it is) and the
+// event streams (with an "end" event) in progress and to come. It does
+// not close the Redis client.
+func (h *Handler) Close() {
+	h.stop()
+}
+
+// routes registers every route; a path with a route for another method
+// answers 405 naming the methods it takes (GET brings HEAD), any other path
+// 404, both as problems.
+func (h *Handler) routes() {
+	m := http.NewServeMux()
+	h.mux = m
+	var paths []string
+	allow := map[string][]string{}
+	handle := func(pattern string, f http.HandlerFunc) {
+		method, path, _ := strings.Cut(pattern, " ")
+		if allow[path] == nil {
+			paths = append(paths, path)
+		}
+		allow[path] = append(allow[path], method)
+		if method == http.MethodGet {
+			allow[path] = append(allow[path], http.MethodHead)
+		}
+		m.HandleFunc(pattern, f)
+	}
+	handle("GET /openapi.json", h.serveOpenAPI)
+	handle("GET /spec.schema.json", h.serveSpecSchema)
+	handle("GET /healthz", h.healthz)
+
+	handle("POST /v1/runs", h.auth(ScopeRunsWrite, h.enqueue))
+	handle("GET /v1/actions", h.auth(ScopeRunsWrite, h.listActions))
+	handle("POST /v1/actions/{name}/runs", h.auth(ScopeRunsWrite, h.runAction))
+	handle("GET /v1/runs/{task_id}", h.auth(ScopeRunsRead, h.getRun))
+	handle("GET /v1/runs/{task_id}/events", h.auth(ScopeRunsRead, h.runEvents))
+	handle("GET /v1/runs/{task_id}/result", h.auth(ScopeRunsRead, h.runResult))
+
+	handle("GET /v1/approvals", h.auth(ScopeApprovalsRead, h.listApprovals))
+	handle("GET /v1/approvals/{id}", h.auth(ScopeApprovalsRead, h.getApproval))
+	handle("GET /v1/approvals/{id}/history", h.auth(ScopeApprovalsRead, h.approvalHistory))
+	handle("GET /v1/approvals/{id}/artifacts/{name...}", h.auth(ScopeApprovalsRead, h.approvalArtifact))
+	handle("POST /v1/approvals/{id}/accept", h.auth(ScopeApprovalsWrite, h.accept))
+	handle("POST /v1/approvals/{id}/reject", h.auth(ScopeApprovalsWrite, h.reject))
+
+	for _, path := range paths {
+		allow := strings.Join(allow[path], ", ")
+		m.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeProblem(w, r, &Problem{Type: ProblemMethodNotAllowed, Status: http.StatusMethodNotAllowed,
+				Detail: fmt.Sprintf("%s %s: this path takes %s", r.Method, r.URL.Path, allow)})
+		})
+	}
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, &Problem{Type: ProblemNotFound, Status: http.StatusNotFound,
+			Detail: fmt.Sprintf("no route %s %s (see /openapi.json)", r.Method, r.URL.Path)})
+	})
+}
+
+// ServeHTTP serves a request, logging it.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rw := &responseWriter{ResponseWriter: w, status: http.StatusOK}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			h.log.Error().Str("method", r.Method).Str("path", r.URL.Path).Msgf("panic: %v", v)
+			if !rw.wrote {
+				writeProblem(rw, r, &Problem{Type: ProblemInternal, Status: http.StatusInternalServerError, Detail: "internal error"})
+			}
+		}
+		ev := h.log.Info()
+		if rw.status >= 500 {
+			ev = h.log.Error()
+		}
+		ev = ev.Str("method", r.Method).Str("path", r.URL.Path).Int("status", rw.status).
+			Int64("bytes", rw.bytes).Float64("duration_ms", float64(time.Since(start).Microseconds())/1000)
+		if name := tokenName(rw.token); name != "" {
+			ev = ev.Str("token", name)
+		}
+		if rw.problem != "" {
+			ev = ev.Str("error", rw.problem)
+		}
+		ev.Msg("http")
+	}()
+	h.mux.ServeHTTP(rw, r)
+}
+
+// responseWriter records what the log line says of a response.
+type responseWriter struct {
+	http.ResponseWriter
+	status  int
+	bytes   int64
+	wrote   bool
+	token   *Token
+	problem string
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the server's writer (Flush,
+// write deadlines).
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func tokenName(t *Token) string {
+	if t == nil {
+		return ""
+	}
+	return t.Name
+}
+
+type tokenKey struct{}
+
+// tokenOf returns the token that authenticated r.
+func tokenOf(r *http.Request) *Token {
+	t, _ := r.Context().Value(tokenKey{}).(*Token)
+	return t
+}
+
+// auth wraps next: it answers 401 to a request without a known bearer
+// token, 403 to one whose token lacks scope.
+func (h *Handler) auth(scope Scope, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		authz := r.Header.Get("Authorization")
+		scheme, presented, _ := strings.Cut(authz, " ")
+		presented = strings.TrimSpace(presented)
+		if authz == "" || !strings.EqualFold(scheme, "Bearer") || presented == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+			h.fail(w, r, &Problem{Type: ProblemUnauthorized, Status: http.StatusUnauthorized, Field: "Authorization",
+				Detail: "missing bearer token: send Authorization: Bearer TOKEN"})
+			return
+		}
+		t := h.tokens.Lookup(presented)
+		if t == nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock", error="invalid_token"`)
+			h.fail(w, r, &Problem{Type: ProblemUnauthorized, Status: http.StatusUnauthorized, Field: "Authorization",
+				Detail: "unknown bearer token"})
+			return
+		}
+		if rw, ok := w.(*responseWriter); ok {
+			rw.token = t
+		}
+		if !t.Has(scope) {
+			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="airlock", error="insufficient_scope", scope="%s"`, scope))
+			h.fail(w, r, &Problem{Type: ProblemForbidden, Status: http.StatusForbidden, RequiredScope: scope,
+				Detail: fmt.Sprintf("token %s does not hold the scope %s", t.Name, scope)})
+			return
+		}
+		next(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
+	}
+}
+
+// fail writes p, and keeps its detail for the log line.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, p *Problem) {
+	if rw, ok := w.(*responseWriter); ok {
+		rw.problem = p.Detail
+	}
+	writeProblem(w, r, p)
+}
+
+// internal answers an error of Redis or of the store: 503 when Redis
+// cannot be reached, else 500, with the error's text.
+func (h *Handler) internal(w http.ResponseWriter, r *http.Request, err error) {
+	status, typ := http.StatusInternalServerError, ProblemInternal
+	if isUnavailable(err) {
+		status, typ = http.StatusServiceUnavailable, ProblemUnavailable
+	}
+	h.fail(w, r, &Problem{Type: typ, Status: status, Detail: err.Error()})
+}
+
+// isUnavailable reports whether err says that Redis could not be reached.
+func isUnavailable(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.As(err, &ne) || errors.Is(err, redis.ErrClosed) ||
+		strings.Contains(err.Error(), "connection refused")
+}
+
+func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := h.rdb.Ping(ctx).Err(); err != nil {
+		h.fail(w, r, &Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, Detail: "redis: " + err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}

@@ -1,0 +1,39 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
+	"github.com/airlock-run/airlock/internal/redis/redisconn"
+)
+
+// deleteQueue removes what a test left of queue q: the asynq queue (force,
+// which fails while a task is active), the keys asynq.Inspector.DeleteQueue
+// leaves behind (completed tasks, daily counters: all under "asynq:{q}:"),
+// and the queue's published policy, grants and actions' catalog.
+func deleteQueue(url, q string) error {
+	c, _, err := redisconn.Open(url)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	insp := asynq.NewInspectorFromRedisClient(c)
+	if err := insp.DeleteQueue(q, true); err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+		return fmt.Errorf("deleting the asynq queue: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Del(ctx, queuepolicy.Key("", q), queuepolicy.GrantsKey("", q), queuepolicy.ActionsKey("", q)).Err(); err != nil {
+		return fmt.Errorf("deleting the queue's policy: %w", err)
+	}
+	if err := DeleteMatching(ctx, c, "asynq:{"+q+"}:*"); err != nil {
+		return fmt.Errorf("deleting the queue's keys: %w", err)
+	}
+	return nil
+}
