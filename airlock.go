@@ -48,6 +48,9 @@ type ClientOptions struct {
 	// "" stamps nothing: a spec's own principal, if any, is kept (the
 	// HTTP API stamps each spec with its token's name itself).
 	Principal string
+	// OpenWait is how long OpenSession waits for a worker to take a
+	// session before it gives up (ErrNoRoom). Zero means DefaultOpenWait.
+	OpenWait time.Duration
 }
 
 func (o ClientOptions) withDefaults() ClientOptions {

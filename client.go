@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
 	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/limits"
+	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -33,7 +34,9 @@ type Client struct {
 	insp   *asynq.Inspector
 	events *events.Stream
 	store  *approve.Store
-	opts   ClientOptions
+	// sessions is the wire of sessions (OpenSession, Session).
+	sessions *session.Conn
+	opts     ClientOptions
 }
 
 // NewClient returns a Client that uses rdb, which the caller keeps and
@@ -41,12 +44,13 @@ type Client struct {
 func NewClient(rdb redis.UniversalClient, opts ClientOptions) *Client {
 	opts = opts.withDefaults()
 	return &Client{
-		rdb:    rdb,
-		asynq:  asynq.NewClientFromRedisClient(rdb),
-		insp:   asynq.NewInspectorFromRedisClient(rdb),
-		events: events.NewStream(rdb, opts.Prefix),
-		store:  approve.NewStore(rdb, approve.Options{Prefix: opts.Prefix}),
-		opts:   opts,
+		rdb:      rdb,
+		asynq:    asynq.NewClientFromRedisClient(rdb),
+		insp:     asynq.NewInspectorFromRedisClient(rdb),
+		events:   events.NewStream(rdb, opts.Prefix),
+		store:    approve.NewStore(rdb, approve.Options{Prefix: opts.Prefix}),
+		sessions: session.NewConn(rdb, opts.Prefix),
+		opts:     opts,
 	}
 }
 
@@ -115,12 +119,29 @@ type Enqueued struct {
 // that names another principal is refused (a *tasks.FieldError on
 // principal).
 func (c *Client) Enqueue(ctx context.Context, spec *tasks.Spec) (Enqueued, error) {
+	payload, opts, err := c.prepare(ctx, spec)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	if spec.IdempotencyKey == "" {
+		info, err := c.asynq.EnqueueContext(ctx, asynq.NewTask(tasks.TypeRun, payload), opts...)
+		if err != nil {
+			return Enqueued{}, fmt.Errorf("airlock: enqueueing run %s in queue %q: %w", spec.RunID, spec.Queue, err)
+		}
+		return Enqueued{TaskID: info.ID, Queue: spec.Queue, RunID: spec.RunID}, nil
+	}
+	return c.enqueueOnce(ctx, spec, payload, opts)
+}
+
+// prepare stamps the principal, checks the spec against its queue's
+// published limits and grants, and returns its payload and asynq options.
+func (c *Client) prepare(ctx context.Context, spec *tasks.Spec) ([]byte, []asynq.Option, error) {
 	if spec == nil {
-		return Enqueued{}, errors.New("airlock: Enqueue of a nil spec")
+		return nil, nil, errors.New("airlock: Enqueue of a nil spec")
 	}
 	if p := c.opts.Principal; p != "" {
 		if spec.Principal != "" && spec.Principal != p {
-			return Enqueued{}, &tasks.FieldError{Field: "principal",
+			return nil, nil, &tasks.FieldError{Field: "principal",
 				Msg:  fmt.Sprintf("%q: this client enqueues for %q only", spec.Principal, p),
 				Hint: "leave principal out: the client stamps it"}
 		}
@@ -132,36 +153,28 @@ func (c *Client) Enqueue(ctx context.Context, spec *tasks.Spec) (Enqueued, error
 	}
 	p, err := c.loadPolicy(ctx, queue)
 	if err != nil {
-		return Enqueued{}, err
+		return nil, nil, err
 	}
 	if err := spec.Prepare(p); err != nil {
-		return Enqueued{}, err
+		return nil, nil, err
 	}
 	if err := c.checkGrants(ctx, spec); err != nil {
-		return Enqueued{}, err
+		return nil, nil, err
 	}
 	timeout, maxRetry, err := c.runBounds(ctx, spec, p)
 	if err != nil {
-		return Enqueued{}, err
+		return nil, nil, err
 	}
 	payload, err := spec.Encode(c.opts.MaxPayload)
 	if err != nil {
-		return Enqueued{}, err
+		return nil, nil, err
 	}
-	opts := []asynq.Option{
+	return payload, []asynq.Option{
 		asynq.Queue(spec.Queue),
 		asynq.MaxRetry(maxRetry),
 		asynq.Timeout(ceilSecond(timeout + c.opts.Grace)),
 		asynq.Retention(c.opts.Retention),
-	}
-	if spec.IdempotencyKey == "" {
-		info, err := c.asynq.EnqueueContext(ctx, asynq.NewTask(tasks.TypeRun, payload), opts...)
-		if err != nil {
-			return Enqueued{}, fmt.Errorf("airlock: enqueueing run %s in queue %q: %w", spec.RunID, spec.Queue, err)
-		}
-		return Enqueued{TaskID: info.ID, Queue: spec.Queue, RunID: spec.RunID}, nil
-	}
-	return c.enqueueOnce(ctx, spec, payload, opts)
+	}, nil
 }
 
 // enqueueOnce enqueues a spec that has an idempotency key under the task id

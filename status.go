@@ -25,11 +25,13 @@ const (
 // waiting:
 //
 //   - before the worker stored its record, a record with only task_id,
-//     run_id, queue, max_retry, attempt and a State of StatePending,
+//     run_id, queue, principal, action (both from the task's payload),
+//     max_retry, attempt and a State of StatePending,
 //     StateActive, StateScheduled or StateRetry (asynq's last error in
 //     error);
-//   - then the record the worker stored, or, for a task archived without
-//     one, the record Wait gives (failed, verdict error);
+//   - then the record the worker stored (or, for a run canceled before
+//     it started, the one Cancel stored), or, for a task archived
+//     without one, the record Wait gives (failed, verdict error);
 //   - for a run whose output went to the approval queue, the approval's
 //     fate applied as WaitFinal does: accepted, promoted, rejected or
 //     expired, with decided_by and decided_at.
@@ -56,14 +58,17 @@ func (c *Client) Status(ctx context.Context, queue, taskID string) (*record.Run,
 	case info.State == asynq.TaskStateArchived:
 		rec = archivedRecord(info)
 	default:
+		f := payloadFacts(info.Payload)
 		return &record.Run{
-			TaskID:   info.ID,
-			RunID:    payloadRunID(info.Payload),
-			Queue:    info.Queue,
-			State:    record.State(info.State.String()),
-			Error:    info.LastErr,
-			Attempt:  info.Retried + 1,
-			MaxRetry: info.MaxRetry,
+			TaskID:    info.ID,
+			RunID:     f.RunID,
+			Queue:     info.Queue,
+			Principal: f.Principal,
+			Action:    f.Action,
+			State:     record.State(info.State.String()),
+			Error:     info.LastErr,
+			Attempt:   info.Retried + 1,
+			MaxRetry:  info.MaxRetry,
 		}, nil
 	}
 	if rec.ApprovalID != "" && !record.Final(rec.State) {

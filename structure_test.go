@@ -27,7 +27,7 @@ import (
 // portable are the packages a backend (or an approver's laptop) may build.
 var portable = []string{
 	".", "./approve", "./contract", "./events", "./limits", "./policy", "./promote",
-	"./record", "./tasks", "./internal/redis/queuepolicy", "./cmd/enqueue", "./cmd/approve",
+	"./record", "./session", "./tasks", "./internal/redis/queuepolicy", "./cmd/enqueue", "./cmd/approve",
 	"./frontend/httpapi", "./cmd/api", "./frontend/webhook",
 	"./frontend/mcpserver", "./cmd/mcp",
 }

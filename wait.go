@@ -38,6 +38,13 @@ func (c *Client) Wait(ctx context.Context, queue, taskID string) (*record.Run, e
 	if err != nil {
 		return nil, fmt.Errorf("airlock: waiting for task %s in queue %q: %w", taskID, queue, err)
 	}
+	return c.waitFrom(ctx, queue, taskID, from)
+}
+
+// waitFrom is Wait with the events followed from position from, taken by
+// a caller before it did what ends the run (a session's close).
+func (c *Client) waitFrom(ctx context.Context, queue, taskID, from string) (*record.Run, error) {
+	var err error
 	var rec *record.Run
 	var last asynq.TaskState
 	look := func(eventSaysDone bool) (bool, error) {

@@ -137,7 +137,10 @@ func TestCPUSpin(t *testing.T) {
 	if st.Verdict != record.VerdictCPUTime || st.Signal != "SIGXCPU" {
 		t.Fatalf("want cpu_time by SIGXCPU:\n%s", mustJSON(t, rec))
 	}
-	if st.CPUMS < 900 {
+	// The kernel sends SIGXCPU on its own CPU clock, checked at scheduler
+	// ticks; rusage's user+system time is sampled apart from it, so on a
+	// loaded machine the two differ by a tick or more.
+	if st.CPUMS < 850 {
 		t.Errorf("cpu_ms %v, want about 1000", st.CPUMS)
 	}
 	checkClean(t, rec)

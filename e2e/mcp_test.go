@@ -223,12 +223,13 @@ func TestMCPTools(t *testing.T) {
 				t.Errorf("tool %s takes %q: an agent could decide an approval with it", tool.Name, p)
 			}
 		}
-		if tool.Name != "run_action" && (tool.Annotations == nil || !tool.Annotations.ReadOnlyHint) {
+		writes := []string{"run_action", "cancel_run", "open_session", "run_in_session", "write_file", "close_session"}
+		if !slices.Contains(writes, tool.Name) && (tool.Annotations == nil || !tool.Annotations.ReadOnlyHint) {
 			t.Errorf("%s is not marked read-only", tool.Name)
 		}
 	}
 	slices.Sort(names)
-	if want := []string{"get_result", "get_run", "run_action", "wait_run"}; !slices.Equal(names, want) {
+	if want := []string{"cancel_run", "close_session", "get_result", "get_run", "open_session", "read_file", "run_action", "run_in_session", "wait_run", "write_file"}; !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want exactly %v (and no approve tool)", names, want)
 	}
 	for _, tc := range []struct {
@@ -514,8 +515,8 @@ func TestMCPHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tools.Tools) != 4 {
-		t.Errorf("%d tools over HTTP, want 4", len(tools.Tools))
+	if len(tools.Tools) != 10 {
+		t.Errorf("%d tools over HTTP, want 10", len(tools.Tools))
 	}
 	a := call(t, cs, "run_action", `{"command": ["sh", "-c", "echo over http"], "wait": true, "wait_timeout": "2m"}`, false).run(t)
 	if a.Record == nil || a.Record.State != record.StateCompleted || a.Record.Steps[0].Stdout != "over http\n" {

@@ -1,8 +1,9 @@
 // Package events is the stream of run state changes: every time a run
-// becomes completed, failed, parked, accepted, promoted, rejected or
-// expired, an entry is appended to one Redis stream, so that a backend can
-// follow its runs without polling. It owns the stream's key and encoding;
-// the worker and the approval store both append through it.
+// becomes completed, failed, parked, accepted, promoted, rejected, expired
+// or canceled, an entry is appended to one Redis stream, so that a backend
+// can follow its runs without polling. It owns the stream's key and
+// encoding; the worker, the approval store and the client that cancels a
+// waiting run append through it.
 //
 // Stream key: <prefix>events, "airlock:events" with the default prefix
 // (capped at about 100,000 entries). Each entry has the fields run_id,
@@ -43,8 +44,11 @@ type Event struct {
 	Error      string         `json:"error,omitempty"`
 	// Principal is who asked for the run (record.Run.Principal); empty
 	// when it names nobody.
-	Principal string    `json:"principal,omitempty"`
-	Time      time.Time `json:"time"`
+	Principal string `json:"principal,omitempty"`
+	// Step names the step of a "step" event: a session's step that ended
+	// (state active, the step's verdict); empty for a change of state.
+	Step string    `json:"step,omitempty"`
+	Time time.Time `json:"time"`
 }
 
 // Stream is the events stream of one key prefix.
@@ -80,6 +84,9 @@ func (s *Stream) args(e Event) *redis.XAddArgs {
 		"approval_id", e.ApprovalID, "error", e.Error, "time", e.Time.UTC().Format(time.RFC3339Nano)}
 	if e.Principal != "" {
 		v = append(v, "principal", e.Principal)
+	}
+	if e.Step != "" {
+		v = append(v, "step", e.Step)
 	}
 	return &redis.XAddArgs{Stream: s.key, MaxLen: MaxLen, Approx: true, Values: v}
 }
@@ -157,5 +164,5 @@ func parse(m redis.XMessage) Event {
 	s := func(k string) string { v, _ := m.Values[k].(string); return v }
 	t, _ := time.Parse(time.RFC3339Nano, s("time"))
 	return Event{ID: m.ID, RunID: s("run_id"), TaskID: s("task_id"), State: record.State(s("state")),
-		Verdict: record.Verdict(s("verdict")), ApprovalID: s("approval_id"), Error: s("error"), Principal: s("principal"), Time: t}
+		Verdict: record.Verdict(s("verdict")), ApprovalID: s("approval_id"), Error: s("error"), Principal: s("principal"), Step: s("step"), Time: t}
 }

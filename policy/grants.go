@@ -358,11 +358,24 @@ func envHeld(in Input, held []string, def record.Action, notes []string) Decisio
 	return Decision{Action: Park, Reasons: append(reasons, notes...), Rule: RuleSecretInEnv}
 }
 
-// saysSecretInEnv reports whether a rule's when (parsed already) holds the
-// condition secret_in_env: true.
-func saysSecretInEnv(when *node) bool {
+// sessionHeld is the decision on a session's run that only rules not
+// saying session: true (or the default) would promote: park.
+func sessionHeld(held []string, def record.Action, notes []string) Decision {
+	reasons := []string{"the run was a session, whose steps were chosen call by call: only a rule that says session: true promotes it"}
+	for _, r := range held {
+		reasons = append(reasons, fmt.Sprintf("rule %s would promote, but it does not say session: true", r))
+	}
+	if len(held) == 0 && def == Promote {
+		reasons = append(reasons, "the policy's default (promote) does not apply to a session")
+	}
+	return Decision{Action: Park, Reasons: append(reasons, notes...), Rule: RuleSession}
+}
+
+// saysTrue reports whether a rule's when (parsed already) holds the
+// condition key: true.
+func saysTrue(when *node, key string) bool {
 	for i, k := range when.keys {
-		if b, ok := when.vals[i].value.(bool); k == "secret_in_env" && ok && b {
+		if b, ok := when.vals[i].value.(bool); k == key && ok && b {
 			return true
 		}
 	}

@@ -209,7 +209,7 @@ func parseRule(n *node, field string) (*rule, error) {
 	switch {
 	case !isStr:
 		return nil, fieldErr(nn, field+".name", "must be a string, not %s", nn.what())
-	case name == RuleDefault || name == RuleSpec || name == RuleNoPolicy || name == RuleSecretInEnv:
+	case name == RuleDefault || name == RuleSpec || name == RuleNoPolicy || name == RuleSecretInEnv || name == RuleSession:
 		return nil, fieldErr(nn, field+".name", "%q is reserved: decisions name it when no rule decided", name)
 	case !nameRE.MatchString(name):
 		return nil, fieldErr(nn, field+".name", "%q must be 1-64 characters of letters, digits, '.', '_' or '-'", name)
@@ -229,12 +229,12 @@ func parseRule(n *node, field string) (*rule, error) {
 	if r.conds, err = parseWhen(wn, field+".when"); err != nil {
 		return nil, err
 	}
-	r.envOK = saysSecretInEnv(wn)
+	r.envOK, r.sessionOK = saysTrue(wn, "secret_in_env"), saysTrue(wn, "session")
 	return r, nil
 }
 
 func parseWhen(n *node, field string) ([]cond, error) {
-	m, err := fields(n, field, "queue", "principal", "action", "artifact_bytes_over", "result", "network", "stderr", "secret_in_artifacts", "secret_in_env")
+	m, err := fields(n, field, "queue", "principal", "action", "artifact_bytes_over", "result", "network", "stderr", "secret_in_artifacts", "secret_in_env", "session")
 	if err != nil {
 		return nil, err
 	}
@@ -298,6 +298,7 @@ func parseWhen(n *node, field string) ([]cond, error) {
 		{"stderr", func(f *facts) bool { return f.Stderr }, "a step wrote to stderr", "no step wrote to stderr"},
 		{"secret_in_artifacts", func(f *facts) bool { return f.SecretInArtifacts }, "a secret's value appears in an artifact", "no secret's value appears in an artifact"},
 		{"secret_in_env", func(f *facts) bool { return f.SecretInEnv }, "a step saw a secret in its environment", "no step saw a secret in its environment"},
+		{"session", func(f *facts) bool { return f.Session }, "the run was a session", "the run was not a session"},
 	}
 	for _, fl := range flags {
 		c, ok := m[fl.key]

@@ -27,9 +27,9 @@ func TestParseErrors(t *testing.T) {
 		{"unknown rule key", "json", `{"rules": [{"name": "a", "when": {"queue": ["x"]}, "then": "park", "why": "because"}]}`,
 			`line 1: rules[0].why: unknown key "why" (known: name, when, then)`},
 		{"unknown condition", "yaml", "rules:\n  - name: a\n    when:\n      queue: [x]\n      colour: red\n    then: park\n",
-			`line 5: rules[0].when.colour: unknown key "colour" (known: queue, principal, action, artifact_bytes_over, result, network, stderr, secret_in_artifacts, secret_in_env)`},
+			`line 5: rules[0].when.colour: unknown key "colour" (known: queue, principal, action, artifact_bytes_over, result, network, stderr, secret_in_artifacts, secret_in_env, session)`},
 		{"unknown condition", "json", "{\"rules\": [{\"name\": \"a\", \"when\": {\n\"queue\": [\"x\"],\n\"colour\": \"red\"}, \"then\": \"park\"}]}",
-			`line 3: rules[0].when.colour: unknown key "colour" (known: queue, principal, action, artifact_bytes_over, result, network, stderr, secret_in_artifacts, secret_in_env)`},
+			`line 3: rules[0].when.colour: unknown key "colour" (known: queue, principal, action, artifact_bytes_over, result, network, stderr, secret_in_artifacts, secret_in_env, session)`},
 		{"unknown result key", "yaml", "rules:\n  - name: a\n    when: {result: {pointer: /a, op: exists, path: /b}}\n    then: park\n",
 			`line 3: rules[0].when.result.path: unknown key "path" (known: pointer, op, value)`},
 

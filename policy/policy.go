@@ -20,6 +20,7 @@
 //	      stderr: true                   # a step wrote to stderr (false: none did)
 //	      secret_in_artifacts: true      # a secret's value appears in an artifact
 //	      secret_in_env: true            # a step saw a secret in its environment
+//	      session: true                  # the run was a session: its steps were chosen call by call
 //	    then: park                       # park | promote
 //	secrets:                             # grants: a secret not named here is usable by nothing
 //	  PARTNER_TOKEN:                     # a secret's name, as specs declare it
@@ -38,7 +39,9 @@
 // everything (NoPolicy). A run whose steps saw a secret in their
 // environment is promoted only by a matching rule that says
 // secret_in_env: true; neither another promote rule nor the default
-// promotes it.
+// promotes it. Likewise a session's run (its steps were chosen at run
+// time, call by call) is promoted only by a matching rule that says
+// session: true.
 //
 // A worker enforces the secrets: section before a run starts (Grant): a
 // secret is usable by a run only when its grant names the run's queue or
@@ -70,6 +73,9 @@ const (
 	// RuleSecretInEnv: a step saw a secret in its environment and no rule
 	// saying secret_in_env: true promoted the run.
 	RuleSecretInEnv = "secret-in-env"
+	// RuleSession: the run was a session and no rule saying session: true
+	// promoted it.
+	RuleSession = "session"
 )
 
 // Spec approval modes, as in tasks.Spec.Approval.
@@ -98,6 +104,10 @@ type Input struct {
 	// reasons.
 	SecretInEnv  bool
 	SecretsInEnv []string
+	// Session: the run was a session, whose steps were chosen call by
+	// call (tasks.Spec.Session). Such a run is promoted only by a rule
+	// that says session: true.
+	Session bool
 }
 
 // Decision is what a policy decided for a run (see record.Decision).
@@ -138,6 +148,8 @@ type rule struct {
 	// envOK: the rule says secret_in_env: true, so it may promote a run
 	// whose steps saw a secret in their environment.
 	envOK bool
+	// sessionOK: the rule says session: true, so it may promote a session.
+	sessionOK bool
 }
 
 // outcome is what a condition says of a run.
@@ -220,8 +232,9 @@ func (p *Policy) decide(in Input) Decision {
 	}
 	f := &facts{Input: in}
 	var park, promote Decision
-	var notes []string // promote rules that could not be evaluated
-	var held []string  // promote rules that do not say secret_in_env: true, on a run that needs it
+	var notes []string       // promote rules that could not be evaluated
+	var held []string        // promote rules that do not say secret_in_env: true, on a run that needs it
+	var heldSession []string // promote rules that do not say session: true, on a session's run
 	for _, r := range p.rules {
 		o, what := r.match(f)
 		switch {
@@ -232,6 +245,9 @@ func (p *Policy) decide(in Input) Decision {
 			continue
 		case in.SecretInEnv && r.then == Promote && !r.envOK:
 			held = append(held, r.name)
+			continue
+		case in.Session && r.then == Promote && !r.sessionOK:
+			heldSession = append(heldSession, r.name)
 			continue
 		}
 		d := &promote
@@ -258,6 +274,8 @@ func (p *Policy) decide(in Input) Decision {
 		return promote
 	case in.SecretInEnv && (len(held) > 0 || p.def == Promote):
 		return envHeld(in, held, p.def, notes)
+	case in.Session && (len(heldSession) > 0 || p.def == Promote):
+		return sessionHeld(heldSession, p.def, notes)
 	}
 	return Decision{Action: p.def, Reasons: append([]string{"no rule matched: the policy's default is " + string(p.def)}, notes...), Rule: RuleDefault}
 }

@@ -392,3 +392,33 @@ func TestSummary(t *testing.T) {
 		t.Errorf("Summary() = %q, want %q", got, want)
 	}
 }
+
+// A session's run is promoted only by a rule that says session: true:
+// neither another promote rule nor a promote default.
+func TestSessionPromotedOnlyBySessionRule(t *testing.T) {
+	for _, c := range []struct {
+		name, src string
+		want      string
+		rule      string
+	}{
+		{"default promote", "default: promote\n", "park", policy.RuleSession},
+		{"promote rule without session", "rules:\n  - name: reports\n    when: {queue: [reports]}\n    then: promote\n", "park", policy.RuleSession},
+		{"rule says session", "rules:\n  - name: sessions-ok\n    when: {queue: [reports], session: true}\n    then: promote\n", "promote", "sessions-ok"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := policy.Parse([]byte(c.src), "yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := p.Evaluate(policy.Input{Queue: "reports", Session: true})
+			if string(d.Action) != c.want || d.Rule != c.rule {
+				t.Errorf("%s by %s (%v), want %s by %s", d.Action, d.Rule, d.Reasons, c.want, c.rule)
+			}
+			if c.want == "park" {
+				if d := p.Evaluate(policy.Input{Queue: "reports"}); d.Action != policy.Promote {
+					t.Errorf("a one-shot run: %s by %s, want promote", d.Action, d.Rule)
+				}
+			}
+		})
+	}
+}

@@ -27,7 +27,8 @@ const (
 	StateAccepted  State = "accepted"  // accepted (by a human or the policy); its promotion is queued
 	StatePromoted  State = "promoted"  // the output is published in the store
 	StateRejected  State = "rejected"  // a human rejected the output
-	StateExpired   State = "expired"   // nobody decided before the approval expired
+	StateExpired   State = "expired"   // nobody decided before the approval expired, or a session outlived its timeout or idle_timeout
+	StateCanceled  State = "canceled"  // canceled (Client.Cancel, DELETE /v1/runs/{id}, asynq's cancel) or a session deleted: stopped, never retried, nothing kept
 )
 
 // Verdict says what ended a step, or a run.
@@ -46,13 +47,14 @@ const (
 	VerdictWorkspaceQuota Verdict = "workspace_quota" // failed while the workspace was full
 	VerdictMemory         Verdict = "memory"          // the kernel killed a process of the step at its cgroup's memory limit (never emitted without a cgroup)
 	VerdictExecError      Verdict = "exec_error"      // the program could not be started
-	VerdictCanceled       Verdict = "canceled"        // the worker shut down mid-step
+	VerdictCanceled       Verdict = "canceled"        // the worker shut down mid-step, or the run was canceled (state canceled)
 	VerdictOutputLimit    Verdict = "output_limit"    // wrote more than limits.output_total to stdout and stderr together; the worker killed it
 	VerdictError          Verdict = "error"           // the worker failed; see error
 	VerdictSchema         Verdict = "schema"          // the result does not satisfy output.schema
 	VerdictOutput         Verdict = "output"          // the result or artifacts broke the contract (missing, not a regular file, too large, not JSON)
 	VerdictFetch          Verdict = "fetch"           // an input could not be downloaded (refused address, status, size, sha256, timeout)
 	VerdictPendingLimit   Verdict = "pending_limit"   // parking the output would take the bytes pending approvals hold in Redis past the worker's -max-pending-bytes
+	VerdictSessionLimit   Verdict = "session_limit"   // the worker that took a session's open held its -max-sessions sessions already
 )
 
 // Run is the record of one attempt of a task.
@@ -90,6 +92,10 @@ type Run struct {
 	KeptOutput *KeptOutput `json:"kept_output,omitempty"`
 	Files      []File      `json:"files,omitempty"`
 	Egress     []Egress    `json:"egress,omitempty"`
+	// Session marks a session's run (its steps were chosen call by call,
+	// at run time): how long it could stay idle, how many calls it took
+	// and how it ended.
+	Session *Session `json:"session,omitempty"`
 
 	// Output contract and its fate. The result and artifacts themselves are
 	// never in the record: a run publishes nothing by itself.
@@ -240,6 +246,17 @@ type Input struct {
 	Error      string  `json:"error,omitempty"`
 }
 
+// Session is what a session's record says of the session.
+type Session struct {
+	IdleTimeout limits.Duration `json:"idle_timeout"`
+	Calls       int             `json:"calls"` // steps, file writes and reads, the close or delete
+	// Ended says how: "close", "idle_timeout", "timeout", "canceled"
+	// (deleted, or canceled as any run), "session_limit" or "worker" (the
+	// worker failed, or the session was taken again after its worker
+	// stopped: never replayed).
+	Ended string `json:"ended"`
+}
+
 // Egress is one connection a networked run's steps made through the
 // worker's egress proxy, allowed or not; or, with Count, several: those
 // refused before they named a destination, one entry per reason (Host
@@ -273,7 +290,7 @@ func Text(b []byte) (string, string) {
 // Final reports whether state is one a run does not leave.
 func Final(state State) bool {
 	switch state {
-	case StateCompleted, StateFailed, StatePromoted, StateRejected, StateExpired:
+	case StateCompleted, StateFailed, StatePromoted, StateRejected, StateExpired, StateCanceled:
 		return true
 	}
 	return false

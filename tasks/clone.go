@@ -35,6 +35,10 @@ func (s *Spec) Clone() *Spec {
 			c.Steps[i] = st
 		}
 	}
+	if s.Session != nil {
+		se := *s.Session
+		c.Session = &se
+	}
 	if s.Output != nil {
 		o := *s.Output
 		o.Artifacts = slices.Clone(o.Artifacts)

@@ -343,13 +343,13 @@ func TestSpecSchemaCoversSpecFields(t *testing.T) {
 		}
 	}
 	check("spec", reflect.TypeOf(tasks.Spec{}), root)
-	if structs != 5 { // Spec, Input, Step, limits.Set, Output
-		t.Errorf("checked %d structs, want 5: Spec, Input, Step, limits.Set and Output", structs)
+	if structs != 6 { // Spec, Input, Step, limits.Set, Output, Session
+		t.Errorf("checked %d structs, want 6: Spec, Input, Step, limits.Set, Output and Session", structs)
 	}
 	if req, _ := root["required"].([]any); len(req) != 1 || req[0] != "version" {
 		t.Errorf("required = %v, want version (steps: in else, for a spec without action)", req)
 	}
-	if els, _ := root["else"].(map[string]any); fmt.Sprint(els["required"]) != "[steps]" {
-		t.Errorf("else = %v, want steps required of a spec without action", root["else"])
+	if els, _ := root["else"].(map[string]any); fmt.Sprint(els["anyOf"]) != "[map[required:[session]] map[properties:map[steps:map[minItems:1]] required:[steps]]]" {
+		t.Errorf("else = %v, want a session, or steps (at least one), of a spec without action", root["else"])
 	}
 }

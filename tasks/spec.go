@@ -77,6 +77,9 @@ type Spec struct {
 	// steps' stdout and stderr, all steps together; 0 takes the worker's
 	// (-max-record-bytes), which it may not exceed.
 	MaxRecordBytes limits.Bytes `json:"max_record_bytes,omitempty"`
+	// Session makes the run a session whose steps arrive call by call
+	// (session.go); nil for a one-shot run.
+	Session *Session `json:"session,omitempty"`
 }
 
 // Step is one process run in the task's workspace. Steps run in order; a
@@ -201,6 +204,9 @@ func (s *Spec) prepare(p limits.Policy) error {
 	}
 	if s.MaxRetry == nil {
 		n := DefaultMaxRetry
+		if s.Session != nil {
+			n = 0 // a session is never replayed
+		}
 		s.MaxRetry = &n
 	} else if *s.MaxRetry < 0 || *s.MaxRetry > maxRetryCap {
 		return &FieldError{Field: "max_retry", Msg: fmt.Sprintf("must be between 0 and %d", maxRetryCap)}
@@ -214,6 +220,9 @@ func (s *Spec) prepare(p limits.Policy) error {
 		}
 	}
 	if err := s.prepareSteps(); err != nil {
+		return err
+	}
+	if err := s.prepareSession(); err != nil {
 		return err
 	}
 	if err := s.prepareInputs(p.InputMax()); err != nil {
@@ -248,7 +257,7 @@ func (s *Spec) prepare(p limits.Policy) error {
 }
 
 func (s *Spec) prepareSteps() error {
-	if len(s.Steps) == 0 {
+	if len(s.Steps) == 0 && s.Session == nil {
 		return &FieldError{Field: "steps", Msg: "at least one step is required"}
 	}
 	if len(s.Steps) > maxSteps {

@@ -794,7 +794,7 @@ func TestClone(t *testing.T) {
 // TestCloneCoversEveryField: a field of Spec that holds a reference
 // (map, slice, pointer) must be copied by Clone; add it there, then here.
 func TestCloneCoversEveryField(t *testing.T) {
-	copied := []string{"Files", "Secrets", "Params", "MaxRetry", "Inputs", "Steps", "Output"}
+	copied := []string{"Files", "Secrets", "Params", "MaxRetry", "Inputs", "Steps", "Output", "Session"}
 	typ := reflect.TypeOf(tasks.Spec{})
 	for i := 0; i < typ.NumField(); i++ {
 		f := typ.Field(i)
@@ -804,5 +804,49 @@ func TestCloneCoversEveryField(t *testing.T) {
 				t.Errorf("Spec.%s holds a reference Clone does not copy", f.Name)
 			}
 		}
+	}
+}
+
+func TestSessionSpec(t *testing.T) {
+	p := limits.DefaultPolicy()
+	for _, c := range []struct {
+		name, spec, field string
+	}{
+		{"no steps, a session", `{"version":1,"session":{}}`, ""},
+		{"no steps, no session", `{"version":1,"steps":[]}`, "steps"},
+		{"idle above timeout", `{"version":1,"timeout":"10s","session":{"idle_timeout":"1m"}}`, "session.idle_timeout"},
+		{"retried session", `{"version":1,"max_retry":2,"session":{}}`, "max_retry"},
+		{"unknown field", `{"version":1,"session":{"idle":"1m"}}`, "session.idle"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := tasks.Decode([]byte(c.spec))
+			if err == nil {
+				err = s.Prepare(p)
+			}
+			var fe *tasks.FieldError
+			switch {
+			case c.field == "" && err != nil:
+				t.Fatalf("rejected: %v", err)
+			case c.field == "":
+				if s.Session.IdleTimeout != min(tasks.DefaultIdleTimeout, s.Timeout) || *s.MaxRetry != 0 {
+					t.Errorf("idle_timeout %s, max_retry %d: want the defaults, never retried", s.Session.IdleTimeout, *s.MaxRetry)
+				}
+			case !errors.As(err, &fe) || fe.Field != c.field:
+				t.Errorf("error %v, want one naming %s", err, c.field)
+			}
+		})
+	}
+	s, _ := tasks.Decode([]byte(`{"version":1,"session":{}}`))
+	if err := s.Prepare(p); err != nil {
+		t.Fatal(err)
+	}
+	st := tasks.Step{Run: []string{}}
+	var fe *tasks.FieldError
+	if err := s.CheckStep(&st, 3); !errors.As(err, &fe) || fe.Field != "step.run" {
+		t.Errorf("empty argv: %v, want step.run", err)
+	}
+	st = tasks.Step{Run: []string{"true"}}
+	if err := s.CheckStep(&st, 3); err != nil || st.Name != "step-3" {
+		t.Errorf("CheckStep: %v, name %q, want step-3", err, st.Name)
 	}
 }

@@ -3,6 +3,7 @@
 package tmpfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -11,8 +12,10 @@ import (
 	"math"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -98,13 +101,33 @@ func (w *Workspace) WriteFiles(files map[string]string) (int64, error) {
 	defer unix.Close(fd)
 	var total int64
 	for _, name := range names {
-		n, err := w.writeFile(fd, name, strings.NewReader(files[name]), -1)
+		n, err := w.writeFile(fd, name, strings.NewReader(files[name]), -1, false)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("write %s: %w", name, err)
 		}
 	}
 	return total, nil
+}
+
+// ReplaceFile writes data to rel as WriteFiles does (its directories made,
+// never through a symlink), replacing what is at rel: the file is written
+// beside it and renamed over it, so that nothing there (a file, a link, a
+// FIFO) is opened. A directory at rel is not replaced.
+func (w *Workspace) ReplaceFile(rel string, data []byte) (int64, error) {
+	if err := checkRel(rel); err != nil || rel == "." {
+		return 0, fmt.Errorf("write %s: %w", rel, errors.Join(err, fmt.Errorf("%w %q", ErrBadPath, rel)))
+	}
+	fd, err := w.open()
+	if err != nil {
+		return 0, fmt.Errorf("write %s: %w", rel, err)
+	}
+	defer unix.Close(fd)
+	n, err := w.writeFile(fd, rel, bytes.NewReader(data), -1, true)
+	if err != nil {
+		return n, fmt.Errorf("write %s: %w", rel, err)
+	}
+	return n, nil
 }
 
 // ErrStreamTooLarge is returned by WriteStream for a reader that holds more
@@ -126,7 +149,7 @@ func (w *Workspace) WriteStream(rel string, r io.Reader, max int64) (int64, erro
 		return 0, fmt.Errorf("write %s: %w", rel, err)
 	}
 	defer unix.Close(fd)
-	n, err := w.writeFile(fd, rel, r, max)
+	n, err := w.writeFile(fd, rel, r, max, false)
 	if err != nil {
 		_ = unix.Unlinkat(fd, rel, 0) // openat2-checked above; best effort
 		return n, fmt.Errorf("write %s: %w", rel, err)
@@ -136,7 +159,7 @@ func (w *Workspace) WriteStream(rel string, r io.Reader, max int64) (int64, erro
 
 // writeFile writes one file below the workspace open at top, from r, at
 // most max bytes (max < 0: no bound).
-func (w *Workspace) writeFile(top int, rel string, r io.Reader, max int64) (int64, error) {
+func (w *Workspace) writeFile(top int, rel string, r io.Reader, max int64, replace bool) (n int64, err error) {
 	dir := top
 	if parent := path.Dir(rel); parent != "." {
 		var done []string
@@ -157,11 +180,27 @@ func (w *Workspace) writeFile(top int, rel string, r io.Reader, max int64) (int6
 		}
 		defer unix.Close(dir)
 	}
-	fd, err := openBeneath(dir, path.Base(rel), unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+	name := path.Base(rel)
+	if replace {
+		// Written aside, then renamed over rel: what was at rel (a file,
+		// a link, a FIFO a step left) is replaced, never opened.
+		name = ".airlock-write-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	fd, err := openBeneath(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return 0, err
 	}
 	defer unix.Close(fd)
+	if replace {
+		defer func() {
+			if err == nil {
+				err = unix.Renameat(dir, name, dir, path.Base(rel))
+			}
+			if err != nil {
+				_ = unix.Unlinkat(dir, name, 0)
+			}
+		}()
+	}
 	if err := unix.Fchmod(fd, 0o600); err != nil { // whatever the umask
 		return 0, err
 	}

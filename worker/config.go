@@ -99,6 +99,10 @@ type Config struct {
 	// its default, negative sets no bound.
 	MaxPending    int64
 	SweepInterval time.Duration // approval expiry and promotion catch-up; default 10s
+	// MaxSessions bounds the sessions the worker holds at once, each on
+	// a slot, to keep slots for one-shot runs; an open beyond it is
+	// refused (429). Default half the slots, at least 1; negative: none.
+	MaxSessions int
 
 	// Observer, when set, is told of every finished attempt, promotion
 	// task and Redis error the worker does not otherwise surface
@@ -128,6 +132,9 @@ var ErrIsolation = sandbox.ErrStrict
 func (c *Config) defaults() {
 	if c.Concurrency <= 0 {
 		c.Concurrency = 2
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = max(1, c.Concurrency/2)
 	}
 	if len(c.Queues) == 0 {
 		c.Queues = map[string]int{"default": 1}

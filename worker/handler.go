@@ -49,6 +49,12 @@ type outcome struct {
 	// after are the index and audit updates of the run's approval that
 	// report sends with the record (approve.Store.MarkPromotedOps).
 	after approve.Ops
+	// session is the session the run held (worker/session.go), ended
+	// once the record is stored; nil for a one-shot run.
+	session *heldSession
+	// canceled: the run was canceled (cancel.go); the record says so,
+	// and it is never run again.
+	canceled bool
 }
 
 // handle is the asynq handler of TypeRun.
@@ -56,8 +62,13 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
 	rec := w.newRecord(ctx)
+	defer w.watchEnd(rec.TaskID)()
 	out := w.carryOut(ctx, t, &rec)
-	return w.report(ctx, &rec, out)
+	err := w.report(ctx, &rec, out)
+	if out.session != nil {
+		w.endSession(ctx, &rec, out.session)
+	}
+	return err
 }
 
 // carryOut runs the phases of one attempt and fills rec.
@@ -79,6 +90,9 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 	rec.KeptOutput = &record.KeptOutput{MaxBytes: int64(spec.MaxRecordBytes)}
 	w.log.Info().Str("task_id", rec.TaskID).Int("attempt", rec.Attempt).Str("run_id", spec.RunID).
 		Str("queue", spec.Queue).Int("steps", len(spec.Steps)).Int("inputs", len(spec.Inputs)).Msg("task start")
+	if w.canceledBeforeStart(ctx, rec) {
+		return outcome{canceled: true}
+	}
 	if err := w.checkGrants(spec); err != nil {
 		// Before any value is read: the error names the secret and the grant it lacks.
 		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictError, err.Error()
@@ -91,11 +105,17 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 		return outcome{}
 	}
 
+	j := &job{spec: spec, rec: rec, aid: approvalID(rec.TaskID, t.Payload()), secrets: sec}
+	if spec.Session != nil {
+		if j.session = w.holdSession(ctx, j); j.session == nil {
+			return outcome{}
+		}
+	}
 	var s *slot
 	select {
 	case s = <-w.slots:
 	case <-ctx.Done():
-		return outcome{err: errHandedBack} // shutdown before a slot came free
+		return outcome{err: errHandedBack, session: j.session} // shutdown before a slot came free
 	}
 	defer func() { w.slots <- s }()
 
@@ -110,8 +130,9 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 		case <-runCtx.Done():
 		}
 	}()
-	out := w.run(runCtx, &job{spec: spec, slot: s, rec: rec, aid: approvalID(rec.TaskID, t.Payload()), secrets: sec})
-	out.secrets = sec
+	j.slot = s
+	out := w.run(runCtx, j)
+	out.secrets, out.session = sec, j.session
 	return out
 }
 
@@ -122,12 +143,14 @@ type job struct {
 	rec     *record.Run
 	aid     string // the id its approval gets, if it comes to one
 	secrets *secrets.Set
+	session *heldSession // the session the run holds; nil for a one-shot run
 }
 
 // report is the one place a run's end is reported: the record is stored as
 // the task's result and logged, the event emitted, a pending promotion
 // queued. It returns what asynq should do with the task.
 func (w *Worker) report(ctx context.Context, rec *record.Run, out outcome) error {
+	ctx, canceled := w.onCancel(ctx, rec, &out)
 	if errors.Is(out.err, errHandedBack) {
 		w.log.Warn().Str("task_id", rec.TaskID).Msg("task interrupted by shutdown; handing it back to the queue")
 		<-ctx.Done() // asynq requeues the task when its shutdown timeout ends
@@ -163,7 +186,12 @@ func (w *Worker) report(ctx context.Context, rec *record.Run, out outcome) error
 		// attempt stores one (finding its approval, if it has one).
 		return fmt.Errorf("store the run record: %w", err)
 	}
+	if canceled {
+		w.archiveCanceled(rec)
+	}
 	switch {
+	case out.canceled:
+		return canceledErr(rec)
 	case out.err != nil:
 		return out.err
 	case out.retry:

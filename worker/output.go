@@ -215,6 +215,7 @@ func (w *Worker) decide(spec *tasks.Spec, rec *record.Run, c checked) record.Dec
 		SecretInEnv: len(inEnv) > 0, SecretsInEnv: inEnv,
 		Queue: spec.Queue, Principal: spec.Principal, Action: spec.Action, ArtifactBytes: c.artifacts.Bytes(), Result: c.result,
 		Network: spec.Network, Stderr: stderr, SpecApproval: spec.Approval, SecretInArtifacts: len(c.leaked) > 0,
+		Session: spec.Session != nil,
 	})
 	if len(c.leaked) > 0 {
 		// Whatever the policy says: a human looks at an output that held

@@ -75,14 +75,20 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 			return out
 		}
 	}
-	steps, err := w.runSteps(ctx, j, box, ws, deadline)
+	var steps stepsResult
+	closed := true
+	if spec.Session != nil {
+		steps, closed, err = w.serveSession(ctx, j, box, ws, deadline)
+	} else {
+		steps, err = w.runSteps(ctx, j, box, ws, deadline)
+	}
 	rec.Steps = steps.records
 	if err != nil {
 		return outcome{err: err}
 	}
 	rec.State, rec.Verdict, rec.Error = steps.state, steps.verdict, steps.err
 	var out outcome
-	if rec.State == record.StateCompleted && spec.Output != nil && (spec.Output.Result != "" || len(spec.Output.Artifacts) > 0) {
+	if closed && rec.State == record.StateCompleted && spec.Output != nil && (spec.Output.Result != "" || len(spec.Output.Artifacts) > 0) {
 		out = w.output(ctx, j, ws, deadline)
 	}
 	used, full, err := ws.Usage()
@@ -123,49 +129,15 @@ func (w *Worker) runSteps(ctx context.Context, j *job, box *sandbox.Slot, ws *tm
 			}
 		}
 	}()
-	cpu := time.Duration(spec.Limits.CPUTime)
 	for i, st := range spec.Steps {
-		timeout := min(spec.StepTimeout(i), time.Until(deadline))
-		env := st.Env
-		if !j.secrets.Empty() || spec.Network {
-			env = make(map[string]string, len(st.Env)+4)
-			for k, v := range st.Env {
-				env[k] = tasks.Expand(v, j.secrets.Value)
-			}
-		}
-		if spec.Network {
-			// The only way out: the worker's proxy, on the step's loopback.
-			for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
-				env[k] = egress.URL
-			}
-			if _, set := env["NODE_USE_ENV_PROXY"]; !set {
-				env["NODE_USE_ENV_PROXY"] = "1" // recent Node.js releases then honour the above
-			}
-		}
-		res, err := box.Run(ctx, sandbox.Step{
-			Argv: st.Run, Env: env, Stdin: st.Stdin,
-			Limits: spec.Limits, Timeout: max(timeout, 0), Keep: keep,
-		})
-		// What a step printed of a secret is redacted before it is
-		// encoded for the record.
-		res.Stdout.Data = redactCaptured(j.secrets, res.Stdout)
-		res.Stderr.Data = redactCaptured(j.secrets, res.Stderr)
+		sr, res, err := w.runStep(ctx, j, box, ws, st, min(spec.StepTimeout(i), time.Until(deadline)), keep)
 		if err != nil {
 			if errors.Is(err, sandbox.ErrHelperDied) {
 				// Keep the step, and what it wrote, in the record.
-				sr := stepRecord(st, res, false, cpu)
-				sr.Verdict, sr.Error = record.VerdictError, err.Error()
 				r.records = append(r.records, sr)
 			}
-			return r, fmt.Errorf("step %s: %w", st.Name, err)
+			return r, err
 		}
-		_, full, _ := ws.Usage()
-		sr := stepRecord(st, res, full, cpu)
-		w.log.Info().Str("task_id", rec.TaskID).Str("run_id", spec.RunID).Str("step", st.Name).
-			Str("verdict", string(sr.Verdict)).Interface("exit_code", sr.ExitCode).Str("signal", sr.Signal).
-			Float64("duration_ms", sr.DurationMS).Float64("cpu_ms", sr.CPUMS).Int64("max_rss_kb", sr.MaxRSSKB).
-			Int64("memory_peak_bytes", sr.MemoryPeakBytes).Int64("stdout_bytes", sr.StdoutBytes).
-			Int64("stderr_bytes", sr.StderrBytes).Int("killed_left_behind", res.Killed).Msg("step")
 		r.records = append(r.records, sr)
 		if res.Canceled {
 			return r, errHandedBack
@@ -179,6 +151,52 @@ func (w *Worker) runSteps(ctx context.Context, j *job, box *sandbox.Slot, ws *tm
 		}
 	}
 	return r, nil
+}
+
+// runStep runs one step in the job's sandbox for at most timeout, keeping
+// its output from keep, and returns its record entry (its output's
+// secrets redacted) with the sandbox's result. Its error is the worker's
+// failure: the entry then says so when the helper died.
+func (w *Worker) runStep(ctx context.Context, j *job, box *sandbox.Slot, ws *tmpfs.Workspace, st tasks.Step, timeout time.Duration, keep *sandbox.KeepBudget) (record.Step, sandbox.Result, error) {
+	spec, rec := j.spec, j.rec
+	cpu := time.Duration(spec.Limits.CPUTime)
+	env := st.Env
+	if !j.secrets.Empty() || spec.Network {
+		env = make(map[string]string, len(st.Env)+4)
+		for k, v := range st.Env {
+			env[k] = tasks.Expand(v, j.secrets.Value)
+		}
+	}
+	if spec.Network {
+		// The only way out: the worker's proxy, on the step's loopback.
+		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+			env[k] = egress.URL
+		}
+		if _, set := env["NODE_USE_ENV_PROXY"]; !set {
+			env["NODE_USE_ENV_PROXY"] = "1" // recent Node.js releases then honour the above
+		}
+	}
+	res, err := box.Run(ctx, sandbox.Step{
+		Argv: st.Run, Env: env, Stdin: st.Stdin,
+		Limits: spec.Limits, Timeout: max(timeout, 0), Keep: keep,
+	})
+	// What a step printed of a secret is redacted before it is encoded
+	// for the record.
+	res.Stdout.Data = redactCaptured(j.secrets, res.Stdout)
+	res.Stderr.Data = redactCaptured(j.secrets, res.Stderr)
+	if err != nil {
+		sr := stepRecord(st, res, false, cpu)
+		sr.Verdict, sr.Error = record.VerdictError, err.Error()
+		return sr, res, fmt.Errorf("step %s: %w", st.Name, err)
+	}
+	_, full, _ := ws.Usage()
+	sr := stepRecord(st, res, full, cpu)
+	w.log.Info().Str("task_id", rec.TaskID).Str("run_id", spec.RunID).Str("step", st.Name).
+		Str("verdict", string(sr.Verdict)).Interface("exit_code", sr.ExitCode).Str("signal", sr.Signal).
+		Float64("duration_ms", sr.DurationMS).Float64("cpu_ms", sr.CPUMS).Int64("max_rss_kb", sr.MaxRSSKB).
+		Int64("memory_peak_bytes", sr.MemoryPeakBytes).Int64("stdout_bytes", sr.StdoutBytes).
+		Int64("stderr_bytes", sr.StderrBytes).Int("killed_left_behind", res.Killed).Msg("step")
+	return sr, res, nil
 }
 
 // redactCaptured is what the record may keep of a captured stream: the

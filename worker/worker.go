@@ -31,6 +31,7 @@ import (
 	"github.com/airlock-run/airlock/internal/redis/redislog"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/airlock-run/airlock/tmpfs"
 )
@@ -72,11 +73,19 @@ type Worker struct {
 	fetcher   *fetch.Fetcher
 	secretSrc secrets.Source
 	egress    *netguard.Guard // of networked runs' proxy
+	// sessions is the wire of the sessions the worker holds, and
+	// sessionsHeld how many it holds (at most cfg.MaxSessions).
+	sessions     *session.Conn
+	sessionsHeld atomic.Int64
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when shutdown starts: running steps are canceled
 	serving  atomic.Bool   // Run takes tasks: its asynq server started, no shutdown yet
 	inflight sync.WaitGroup
+
+	// ended maps the task id of each running handler to a channel of
+	// why asynq failed its task, if it did (cancel.go).
+	ended sync.Map
 }
 
 // slot is one unit of concurrency.
@@ -138,6 +147,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w.useStore(approve.NewStore(cfg.Redis, approve.Options{Prefix: cfg.Prefix, TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged, MaxPendingBytes: cfg.MaxPending}))
 	w.completer = newCompleter(&w.cfg, w.log)
+	w.sessions = session.NewConn(w.cfg.Redis, w.cfg.Prefix)
 	w.asynq = asynq.NewClientFromRedisClient(cfg.Redis)
 	return w, nil
 }
@@ -380,7 +390,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		TaskCheckInterval:        w.cfg.TaskCheckInterval,
 		DelayedTaskCheckInterval: time.Second,
 		ShutdownTimeout:          w.cfg.ShutdownTimeout,
-		RetryDelayFunc:           retryDelay,
+		RetryDelayFunc:           w.delayRetry,
+		ErrorHandler:             asynq.ErrorHandlerFunc(w.asynqFailed),
 		Logger:                   redislog.Asynq(w.log),
 		LogLevel:                 asynq.WarnLevel,
 	})

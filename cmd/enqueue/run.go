@@ -20,7 +20,7 @@ const (
 	exitOK       = cli.ExitOK    // enqueued, or finished with -wait whatever the verdict
 	exitError    = cli.ExitError // Redis, a timeout, anything else
 	exitRejected = cli.ExitUsage // bad flags, or the spec was rejected
-	exitNotYet   = 3             // -result: the run's output is not published
+	exitNotYet   = 3             // -result: the run's output is not published; -cancel: the run was over already
 )
 
 // readSlack is how much larger than the payload cap the spec file may be:
@@ -37,6 +37,7 @@ type options struct {
 	principal   string
 	waitID      string
 	resultID    string
+	cancelID    string
 	json        bool
 	specPath    string
 	listActions bool
@@ -49,6 +50,7 @@ const usageText = `usage: enqueue [flags] SPEC.json|-     enqueue a spec (- read
        enqueue [flags] -list-actions     list the actions the workers of -queue publish
        enqueue [flags] -wait-id TASK_ID  wait for (or read) a task already enqueued
        enqueue [flags] -result TASK_ID   print a promoted run's result and manifest
+       enqueue [flags] -cancel TASK_ID   cancel a run, and print its record
 
 Without -wait it prints the task id (with -json: {"task_id", "queue",
 "run_id", "duplicate"}). With -wait it prints the run record as one JSON
@@ -56,9 +58,15 @@ object once the run is parked or done; -wait=final waits through the
 approval. Errors go to stderr, or with -json to stdout as {"error", "field",
 "code"}.
 
-exit status: 0 enqueued (or, with -wait, done whatever its verdict),
-1 error (Redis, -wait-timeout...), 2 bad flags or a rejected spec,
-3 (-result) the run's output is not published (parked, rejected, failed...)
+With -cancel it prints the canceled run's record as one JSON object
+(state canceled; state active when its worker has not stopped it within
+5s: the cancel goes on).
+
+exit status: 0 enqueued (or, with -wait, done whatever its verdict;
+with -cancel, canceled), 1 error (Redis, -wait-timeout, no such task...),
+2 bad flags or a rejected spec, 3 (-result) the run's output is not
+published (parked, rejected, failed...) or (-cancel) the run was over
+before the cancel (completed, failed, parked...)
 
 flags:
 `
@@ -71,7 +79,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return cli.FlagsExit(stdout, stderr, "enqueue", o.json, err) // exitRejected is cli.ExitUsage
 	}
 	if err := run(ctx, o, stdin, stdout, stderr); err != nil {
-		if errors.Is(err, airlock.ErrNotPromoted) {
+		if errors.Is(err, airlock.ErrNotPromoted) || errors.Is(err, airlock.ErrFinal) {
 			cli.PrintError(stdout, stderr, "enqueue", o.json, err, "", exitNotYet)
 			return exitNotYet
 		}
@@ -93,9 +101,10 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	fs.Var(&o.wait, "wait", "wait and print the run record as one JSON object: -wait returns once the run is parked or done, -wait=final waits through the approval")
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", 5*time.Minute, "with -wait, give up after this long")
 	fs.DurationVar(&o.retention, "retention", airlock.DefaultRetention, "how long the run record is kept after the task ends")
-	fs.StringVar(&o.queue, "queue", "", "queue to enqueue in, overriding the spec's queue (with -wait-id: the task's queue, default \"default\"; with -result: where to look, default every queue)")
+	fs.StringVar(&o.queue, "queue", "", "queue to enqueue in, overriding the spec's queue (with -wait-id: the task's queue, default \"default\"; with -result and -cancel: where to look, default every queue)")
 	fs.StringVar(&o.principal, "principal", "", "who asks: stamped as the spec's principal (run record, events, approvals; policy rules on principal match it); a spec naming another is refused. Default: none (the spec's own, if any, is kept)")
 	fs.StringVar(&o.waitID, "wait-id", "", "wait for the task with this id, already enqueued, and print its record (implies -wait)")
+	fs.StringVar(&o.cancelID, "cancel", "", "cancel the run of this task (in -queue; default: the one queue that holds it) on behalf of -principal, and print its record as JSON")
 	fs.StringVar(&o.resultID, "result", "", "print the published result and manifest of this task as JSON ({\"where\", \"manifest\", \"result\"})")
 	fs.BoolVar(&o.json, "json", false, "print JSON: the enqueued task, and errors as {\"error\", \"field\", \"code\"}")
 	fs.BoolVar(&o.listActions, "list-actions", false, "list the actions the workers of -queue (default \"default\") publish: name, params schema, description (with -json: the catalog as JSON)")
@@ -105,6 +114,12 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	switch {
+	case o.cancelID != "" && (fs.NArg() != 0 || o.waitID != "" || o.resultID != "" || o.action != "" || o.listActions || o.wait != ""):
+		return o, errors.New("-cancel takes no spec, -wait, -wait-id, -result, -action or -list-actions (see -h)")
+	case o.cancelID != "" && o.principal != "" && !tasks.ValidPrincipal(o.principal):
+		return o, fmt.Errorf("-principal %q: want 1-64 of [A-Za-z0-9._@+-], starting with a letter or digit", o.principal)
+	case o.cancelID != "":
+		return o, nil // in -queue, or looked for in every queue
 	case o.listActions && (fs.NArg() != 0 || o.waitID != "" || o.resultID != "" || o.action != ""):
 		return o, errors.New("-list-actions takes no spec, -wait-id, -result or -action (see -h)")
 	case o.listActions:
@@ -152,6 +167,13 @@ func run(ctx context.Context, o options, stdin io.Reader, stdout, stderr io.Writ
 		return fmt.Errorf("-redis: %w", err)
 	}
 	defer c.Close()
+	if o.cancelID != "" {
+		rec, err := c.Cancel(ctx, o.queue, o.cancelID)
+		if err != nil {
+			return err
+		}
+		return writeJSON(stdout, rec)
+	}
 	if o.resultID != "" {
 		var p *airlock.Published
 		if o.queue != "" {

@@ -1,6 +1,7 @@
 // Command mcp is Airlock's MCP server for agents: the tools run_action,
-// get_run, wait_run and get_result (frontend/mcpserver) over stdio, for an
-// agent host that starts it, or over streamable HTTP at /mcp with -http:
+// get_run, wait_run, get_result and cancel_run (frontend/mcpserver) over
+// stdio, for an agent host that starts it, or over streamable HTTP at /mcp
+// with -http:
 //
 //	mcp [flags]                  serve on stdin/stdout
 //	mcp -http ADDR [flags]       serve streamable HTTP at http://ADDR/mcp

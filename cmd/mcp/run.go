@@ -39,7 +39,8 @@ const usageText = `usage: mcp [flags]                 serve MCP on stdin/stdout 
 
 Airlock's MCP server for agents. Tools: run_action (enqueue a task spec, or
 the simple form: command + files; optionally wait for the record), get_run,
-wait_run and get_result. It never approves: no tool accepts or rejects an
+wait_run, get_result and cancel_run (the runs of -principal only); sessions
+(open_session, run_in_session, write_file, read_file, close_session). It never approves: no tool accepts or rejects an
 output, and a parked run is reported as waiting for a human approver.
 
 Over HTTP, -token-file is required unless ADDR is a loopback address

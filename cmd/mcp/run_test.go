@@ -101,7 +101,7 @@ func TestStdio(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := cs.ListTools(ctx, nil)
-	if err != nil || len(res.Tools) != 4 {
+	if err != nil || len(res.Tools) != 10 {
 		t.Fatalf("tools: %v %v", res, err)
 	}
 	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "get_run", Arguments: map[string]any{"task_id": "none"}})

@@ -35,7 +35,7 @@ import (
 type options struct {
 	redisURL, queues, root, limitsDefault, limitsMax, isolation string
 	uidRange, uidLockDir, logFormat, logLevel, devAddr          string
-	concurrency, maxPayload                                     int
+	concurrency, maxPayload, maxSessions                        int
 	timeout, maxTimeout, checkInterval, shutdownTimeout, grace  time.Duration
 	allowNetwork, landlock, dev                                 bool
 	policyFile, storeDir, cgroupMode, storeGroup, prefix        string
@@ -81,6 +81,7 @@ flags:
 	fs.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env REDIS_URL): redis://, rediss://, redis+sentinel://, redis+cluster:// (docs/redis.md)")
 	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis (approvals, events, published limits); clients and CLIs must use the same")
 	fs.IntVar(&o.concurrency, "concurrency", 2, "tasks run at once (one slot, uid and helper each)")
+	fs.IntVar(&o.maxSessions, "max-sessions", 0, "sessions held at once, each on a slot (0: half the slots, at least 1; -1: no bound); an open beyond it answers 429, keeping slots for one-shot runs")
 	fs.StringVar(&o.queues, "queues", "default=1", "queues and priorities: name=priority,...")
 	fs.StringVar(&o.root, "workspace-root", "", "directory of per-task workspaces (default /var/lib/airlock/workspaces as root)")
 	fs.StringVar(&o.limitsDefault, "limits", "", "default limits of a step: key=value,... (built in: "+def.Default.String()+", lowered to -max-limits)")
@@ -300,7 +301,7 @@ func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config
 		Prefix:  o.prefix, RiskPolicy: risk, Sink: sink, ApprovalTTL: o.approvalTTL,
 		SweepInterval: o.sweepInterval, MaxStaged: int64(sizes[2]), MaxPending: pendingBound(sizes[3]),
 		Artifacts:   contract.Limits{MaxCount: o.maxArtifacts, MaxBytes: int64(sizes[0]), MaxResult: int64(sizes[1])},
-		Concurrency: o.concurrency, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
+		Concurrency: o.concurrency, MaxSessions: o.maxSessions, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
 		Isolation: o.isolation, UIDFirst: first, UIDCount: count, UIDLockDir: o.uidLockDir,
 		Landlock: &landlock, Cgroup: o.cgroupMode, ROBinds: o.roBinds,
 		SecretsDir: o.secretsDir, FetchAllow: o.fetchAllow, FetchTimeout: o.fetchTimeout,

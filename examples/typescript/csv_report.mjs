@@ -19,6 +19,7 @@
  * Exit status: 0 promoted and printed; 1 anything else.
  */
 import { randomUUID } from "node:crypto";
+import { pathToFileURL } from "node:url";
 
 /** @typedef {{type: string, title: string, status: number, detail?: string, field?: string, state?: string, decided_by?: string}} Problem */
 /** @typedef {{task_id: string, queue: string, run_id: string, duplicate: boolean}} Enqueued */
@@ -144,10 +145,15 @@ async function main() {
   return 0;
 }
 
-main().then(
-  (code) => process.exit(code),
-  (e) => {
-    console.error(`csv_report: ${e instanceof Error ? e.message : e}`);
-    process.exit(1);
-  },
-);
+export { APIError, call, wait, FINAL };
+
+// Run as a program (node csv_report.mjs), not when imported.
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  main().then(
+    (code) => process.exit(code),
+    (e) => {
+      console.error(`csv_report: ${e instanceof Error ? e.message : e}`);
+      process.exit(1);
+    },
+  );
+}

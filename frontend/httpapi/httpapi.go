@@ -163,8 +163,16 @@ func (h *Handler) routes() {
 	handle("GET /v1/actions", h.auth(ScopeRunsWrite, h.listActions))
 	handle("POST /v1/actions/{name}/runs", h.auth(ScopeRunsWrite, h.runAction))
 	handle("GET /v1/runs/{task_id}", h.auth(ScopeRunsRead, h.getRun))
+	handle("DELETE /v1/runs/{task_id}", h.auth(ScopeRunsWrite, h.cancelRun))
 	handle("GET /v1/runs/{task_id}/events", h.auth(ScopeRunsRead, h.runEvents))
 	handle("GET /v1/runs/{task_id}/result", h.auth(ScopeRunsRead, h.runResult))
+
+	handle("POST /v1/sessions", h.auth(ScopeRunsWrite, h.openSession))
+	handle("POST /v1/sessions/{id}/steps", h.auth(ScopeRunsWrite, h.sessionStep))
+	handle("PUT /v1/sessions/{id}/files/{path...}", h.auth(ScopeRunsWrite, h.putSessionFile))
+	handle("GET /v1/sessions/{id}/files/{path...}", h.auth(ScopeRunsWrite, h.getSessionFile))
+	handle("POST /v1/sessions/{id}/close", h.auth(ScopeRunsWrite, h.closeSession))
+	handle("DELETE /v1/sessions/{id}", h.auth(ScopeRunsWrite, h.deleteSession))
 
 	handle("GET /v1/approvals", h.auth(ScopeApprovalsRead, h.listApprovals))
 	handle("GET /v1/approvals/{id}", h.auth(ScopeApprovalsRead, h.getApproval))

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/airlock-run/airlock/record"
 )
 
 // Problem is an error response, application/problem+json (RFC 9457). Type
@@ -40,6 +42,11 @@ type Problem struct {
 	DecidedAt *time.Time `json:"decided_at,omitempty"`
 	// TaskID is the task a problem is about, when there is one.
 	TaskID string `json:"task_id,omitempty"`
+	// End is how a session ended (410): its run's state.
+	End string `json:"end,omitempty"`
+	// Record is the run's record, for a run that was over before a cancel
+	// reached it (already-final).
+	Record *record.Run `json:"record,omitempty"`
 }
 
 // Problem types (the "type" member): URNs, one per kind of error.
@@ -55,9 +62,15 @@ const (
 	ProblemAmbiguousTask     = "urn:airlock:problem:ambiguous-task"     // 409: the task id is in several queues
 	ProblemNotPromoted       = "urn:airlock:problem:not-promoted"       // 409: the run's output is not published (state says why)
 	ProblemAlreadyDecided    = "urn:airlock:problem:already-decided"    // 409: another decision won (decided_by, decided_at)
+	ProblemAlreadyFinal      = "urn:airlock:problem:already-final"      // 409: the run was over before the cancel (state, record)
 	ProblemPromotionNotQueue = "urn:airlock:problem:promotion-not-queued"
 	ProblemUnavailable       = "urn:airlock:problem:unavailable" // 503: Redis does not answer
 	ProblemInternal          = "urn:airlock:problem:internal"    // 500
+	// Sessions.
+	ProblemSessionBusy  = "urn:airlock:problem:session-busy"  // 409: not open yet, or another call holds it
+	ProblemSessionEnded = "urn:airlock:problem:session-ended" // 410: closed, expired, canceled or failed (state, end say which)
+	ProblemNoRoom       = "urn:airlock:problem:no-room"       // 429: no worker had room for a session (Retry-After)
+	ProblemNoAnswer     = "urn:airlock:problem:no-answer"     // 504: the worker holding the session did not answer in time
 )
 
 // writeProblem writes p as application/problem+json.

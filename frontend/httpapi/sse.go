@@ -57,7 +57,8 @@ func snapshot(rec *record.Run) events.Event {
 // as Server-Sent Events. The first event is the run's state now; then one
 // event per change, each further than the last (pending, active, parked,
 // accepted, then a final state), each with the events stream's entry id
-// when it came from there. The stream ends with an "end" event once the
+// when it came from there; a session's steps are "step" events (the step's
+// name and verdict), as they end. The stream ends with an "end" event once the
 // state is final, after MaxStream, or when the server stops; a comment is
 // sent every KeepAlive.
 func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
@@ -146,6 +147,11 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		if e.ApprovalID != "" {
 			approvalID = e.ApprovalID
+		}
+		if e.Step != "" {
+			// A session's step that ended: no change of state.
+			send("step", e.ID, e)
+			return werr != nil, nil
 		}
 		if rank(e.State) > rank(last) {
 			last = e.State

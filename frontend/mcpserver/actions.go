@@ -23,7 +23,7 @@ import (
 
 // builtinTools are the server's own tools; an action of one of their
 // names is not offered as a tool (run_action still runs it).
-var builtinTools = []string{ToolRunAction, ToolGetRun, ToolWaitRun, ToolGetResult}
+var builtinTools = []string{ToolRunAction, ToolGetRun, ToolWaitRun, ToolGetResult, ToolCancelRun}
 
 // actionTools keeps the server's action tools in line with the catalog.
 type actionTools struct {

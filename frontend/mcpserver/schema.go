@@ -17,7 +17,9 @@ type object = map[string]any
 
 // schemas are the input schemas of the tools, built from tasks.SpecSchema.
 type schemas struct {
-	runAction, getRun, waitRun, getResult object
+	runAction, getRun, waitRun, getResult, cancelRun object
+	// The session tools' (sessions.go).
+	openSession, runInSession, writeFile, readFile, closeSession object
 }
 
 // buildSchemas builds the tools' input schemas from the spec's JSON
@@ -152,5 +154,8 @@ func buildSchemas() (schemas, error) {
 	if len(missing) > 0 {
 		return schemas{}, fmt.Errorf("tasks.SpecSchema lacks %v", missing)
 	}
-	return schemas{runAction: runAction, getRun: getRun, waitRun: waitRun, getResult: getResult}, nil
+	cancelRun := getRun // the same arguments: a run, by task id and queue
+	sc := schemas{runAction: runAction, getRun: getRun, waitRun: waitRun, getResult: getResult, cancelRun: cancelRun}
+	sessionSchemas(&sc, specProp, defs, step)
+	return sc, nil
 }

@@ -1,7 +1,7 @@
-// Package mcpserver is Airlock's MCP server for agents (cmd/mcp): four
+// Package mcpserver is Airlock's MCP server for agents (cmd/mcp): ten
 // tools over the official Go SDK (github.com/modelcontextprotocol/go-sdk)
-// that enqueue an action and read back its run record and published
-// result:
+// that enqueue an action, read back its run record and published result,
+// cancel it, and work in a session call by call:
 //
 //   - run_action: a whole task spec, or a simple form (command, files...),
 //     enqueued with the client's checks; returns the task id, or waits for
@@ -9,7 +9,11 @@
 //   - get_run: the run record now;
 //   - wait_run: the record once the run is done, or final (through the
 //     human's decision);
-//   - get_result: the published result and manifest of a promoted run.
+//   - get_result: the published result and manifest of a promoted run;
+//   - cancel_run: cancel a run the server's principal enqueued (cancel.go);
+//   - open_session, run_in_session, write_file, read_file, close_session:
+//     a session, one workspace whose steps arrive call by call, closed
+//     into the contract and the approval queue (sessions.go).
 //
 // It never approves. There is no tool that accepts, rejects or otherwise
 // decides an approval, nor one that reads a parked output: an agent must
@@ -37,6 +41,7 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -47,10 +52,12 @@ const (
 	ToolGetRun    = "get_run"
 	ToolWaitRun   = "wait_run"
 	ToolGetResult = "get_result"
+	ToolCancelRun = "cancel_run"
 )
 
 // Tools are the names of every tool the server has, in the order listed.
-var Tools = []string{ToolRunAction, ToolGetRun, ToolWaitRun, ToolGetResult}
+var Tools = []string{ToolRunAction, ToolGetRun, ToolWaitRun, ToolGetResult, ToolCancelRun,
+	ToolOpenSession, ToolRunInSession, ToolWriteFile, ToolReadFile, ToolCloseSession}
 
 // CannotApprove is said of every parked run: in get_run's and wait_run's
 // note, and in get_result's error.
@@ -74,6 +81,9 @@ type Client interface {
 	Status(ctx context.Context, queue, taskID string) (*record.Run, error)
 	ResultIn(ctx context.Context, queue, taskID string) (*airlock.Published, error)
 	Actions(ctx context.Context, queue string) ([]actions.Info, error)
+	Cancel(ctx context.Context, queue, taskID string) (*record.Run, error)
+	OpenSession(ctx context.Context, spec *tasks.Spec) (*airlock.Session, error)
+	Session(ctx context.Context, id string) (*airlock.Session, *session.Info, error)
 }
 
 var _ Client = (*airlock.Client)(nil)
@@ -133,12 +143,14 @@ type server struct {
 const instructions = `Airlock runs actions (commands over files) as sandboxed, bounded jobs: no network, resource limits, a deadline, ` +
 	`and an honest run record (each step's exit code, stdout, stderr, duration). ` +
 	`run_action enqueues one (a whole task spec, or the simple form: command + files); get_run and wait_run read its record; ` +
-	`get_result reads its published output. Each action the operator defined (worker -actions) is also a tool of its own: ` +
+	`get_result reads its published output; cancel_run cancels a run this server enqueued. ` +
+	`To look at a step's output before choosing the next one, open_session opens a workspace that keeps its files, run_in_session runs one command in it, ` +
+	`write_file and read_file move files, and close_session ends it (its output then goes to review like any run's). Each action the operator defined (worker -actions) is also a tool of its own: ` +
 	`its params are its arguments, and it answers with the run record once done. An output (output_result) is never published by the run itself: ` +
 	`the operator's policy publishes it, or it is parked until a human approves it. A parked output is ` + CannotApprove + `: ` +
 	`no tool accepts or rejects an output; tell the user it waits for review instead.`
 
-// New returns the MCP server with the four tools, using c.
+// New returns the MCP server with its ten tools (Tools), using c.
 func New(c Client, o Options) (*mcp.Server, error) {
 	o = o.withDefaults()
 	if !tasks.ValidPrincipal(o.Principal) {
@@ -169,7 +181,7 @@ func New(c Client, o Options) (*mcp.Server, error) {
 	srv.AddTool(&mcp.Tool{
 		Name:  ToolGetRun,
 		Title: "Read a run's record",
-		Description: "The run record of a task now, without waiting: state (pending, active, completed, failed, parked, accepted, promoted, rejected, expired), " +
+		Description: "The run record of a task now, without waiting: state (pending, active, completed, failed, parked, accepted, promoted, rejected, expired, canceled), " +
 			"verdict, error, each step's exit code, stdout and stderr, files, and the approval's fate. A note says what the state means. " +
 			"A parked run is " + CannotApprove + ".",
 		InputSchema: sc.getRun,
@@ -193,6 +205,8 @@ func New(c Client, o Options) (*mcp.Server, error) {
 		InputSchema: sc.getResult,
 		Annotations: &mcp.ToolAnnotations{Title: "Read a result", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
 	}, s.handle(ToolGetResult, s.getResult))
+	srv.AddTool(cancelTool(sc), s.handle(ToolCancelRun, s.cancelRun))
+	s.addSessionTools(srv, sc)
 	return srv, nil
 }
 
@@ -260,11 +274,15 @@ func toolError(err error) *mcp.CallToolResult {
 	ej := errorJSON{Error: err.Error()}
 	var fe *tasks.FieldError
 	var se *stateError
+	var sse *session.Error
 	switch {
 	case errors.As(err, &fe):
 		ej.Field = fe.Field
 	case errors.As(err, &se):
 		ej.State = se.state
+	case errors.As(err, &sse):
+		// A session call's field is the tool's argument: "step.run" is run.
+		ej.Field, ej.State = strings.TrimPrefix(sse.Field, "step."), sse.End
 	}
 	b, _ := json.Marshal(ej)
 	return &mcp.CallToolResult{
@@ -560,6 +578,8 @@ func note(r *record.Run) string {
 		return "rejected" + by(r) + ": nothing is published"
 	case record.StateExpired:
 		return "expired: nobody decided before the approval expired; nothing is published"
+	case record.StateCanceled:
+		return "canceled: " + r.Error + "; it is not run again and nothing is published"
 	}
 	return string(r.State)
 }

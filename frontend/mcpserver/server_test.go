@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -20,12 +21,14 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/actions"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()...) }
 
 // fakeClient stands for *airlock.Client: Enqueue prepares the spec as the
 // client does (default policy) and records it; the reads answer from
@@ -89,6 +92,18 @@ func (f *fakeClient) WaitFinal(ctx context.Context, queue, id string) (*record.R
 	return f.Wait(ctx, queue, id)
 }
 
+func (f *fakeClient) Cancel(context.Context, string, string) (*record.Run, error) {
+	return nil, errors.New("fakeClient does not cancel (cancel_test.go uses a real client)")
+}
+
+func (f *fakeClient) OpenSession(context.Context, *tasks.Spec) (*airlock.Session, error) {
+	return nil, errors.New("fakeClient has no sessions (sessions_test.go uses a real client and worker)")
+}
+
+func (f *fakeClient) Session(context.Context, string) (*airlock.Session, *session.Info, error) {
+	return nil, nil, errors.New("fakeClient has no sessions")
+}
+
 func (f *fakeClient) ResultIn(_ context.Context, queue, id string) (*airlock.Published, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -141,7 +156,7 @@ func callTool(t *testing.T, cs *mcp.ClientSession, name, args string) (*mcp.Call
 	return res, m
 }
 
-func TestToolsAreExactlyFourAndNoneApproves(t *testing.T) {
+func TestToolsAreTheTenAndNoneApproves(t *testing.T) {
 	cs := connect(t, &fakeClient{}, Options{}, nil)
 	res, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
@@ -161,7 +176,7 @@ func TestToolsAreExactlyFourAndNoneApproves(t *testing.T) {
 			t.Errorf("tool %s", tool.Name)
 		}
 	}
-	if !slices.Equal(names, []string{"get_result", "get_run", "run_action", "wait_run"}) { // listed by name
+	if !slices.Equal(names, []string{"cancel_run", "close_session", "get_result", "get_run", "open_session", "read_file", "run_action", "run_in_session", "wait_run", "write_file"}) { // listed by name
 		t.Errorf("tools %v", names)
 	}
 	want := slices.Sorted(slices.Values(Tools))

@@ -38,7 +38,7 @@ const (
 )
 
 // AllSections is every section, the default of Options.Sections.
-var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch, SecStart}
+var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch, SecStart, SecSession}
 
 // Options configure a run. Zero fields take the defaults.
 type Options struct {
@@ -46,7 +46,8 @@ type Options struct {
 	// N scales every measurement: throughput runs take N tasks (CPU-bound
 	// ones N/5), idle latency max(N/5, 20) tasks per system and round, the
 	// overhead breakdown N iterations, approvals 10×N, the RSS run N²/10
-	// tasks (100,000 at FullN). 0 means FullN.
+	// tasks (100,000 at FullN), sessions max(N/20, 10) per path and round.
+	// 0 means FullN.
 	N      int
 	Rounds int // interleaved rounds; default 3
 	// Concurrency of the throughput runs; default {2, 2×cores+1}.
@@ -91,6 +92,7 @@ type sizes struct {
 	RSS           int `json:"rss_tasks"`
 	RSSWarmup     int `json:"rss_warmup_tasks"`
 	Approvals     int `json:"approvals"`
+	Sessions      int `json:"sessions"`
 }
 
 func sizesFor(n, rssOverride int) sizes {
@@ -102,6 +104,7 @@ func sizesFor(n, rssOverride int) sizes {
 		SlotStarts:    max(n/20, 5),
 		RSS:           max(n*n/10, 100),
 		Approvals:     10 * n,
+		Sessions:      max(n/20, 10),
 	}
 	if rssOverride > 0 {
 		s.RSS = rssOverride
@@ -251,6 +254,10 @@ func (h *harness) run(ctx context.Context) error {
 	lat := map[string]*latencyAcc{}
 	starts := map[string]*startAcc{}
 	ovh := newOverheadAcc()
+	var sess *sessionAcc
+	if h.want(SecSession) {
+		sess = newSessionAcc()
+	}
 	var approvalRounds []float64
 	var cliRounds []float64
 	var appr *approvalSet
@@ -271,7 +278,7 @@ func (h *harness) run(ctx context.Context) error {
 		if r%2 == 1 {
 			order = []string{systemAirlock, systemBaseline}
 		}
-		if h.want(SecThroughput) || h.want(SecLatency) || h.want(SecStart) || h.want(SecOverhead) || appr != nil {
+		if h.want(SecThroughput) || h.want(SecLatency) || h.want(SecStart) || h.want(SecOverhead) || sess != nil || appr != nil {
 			h.logf("round %d/%d (first: %s)", r+1, h.opt.Rounds, order[0])
 		}
 		if h.want(SecThroughput) {
@@ -324,6 +331,11 @@ func (h *harness) run(ctx context.Context) error {
 				return fmt.Errorf("overhead: %w", err)
 			}
 		}
+		if sess != nil {
+			if err := h.sessionRound(ctx, r, sess); err != nil {
+				return fmt.Errorf("session: %w", err)
+			}
+		}
 		if appr != nil {
 			ms, err := appr.list(ctx)
 			if err != nil {
@@ -350,6 +362,9 @@ func (h *harness) run(ctx context.Context) error {
 		}
 	}
 	h.rep.Overhead = ovh.rows()
+	if sess != nil {
+		h.rep.Session = sess.report(h.sz.Sessions)
+	}
 	if h.want(SecIdle) {
 		rows, err := h.idle(ctx)
 		if err != nil {

@@ -56,6 +56,7 @@ type Report struct {
 	Approvals  *ApprovalsRow   `json:"approvals,omitempty"`
 	Fetch      *FetchRow       `json:"fetch,omitempty"`
 	Start      []StartRow      `json:"start,omitempty"`
+	Session    *SessionReport  `json:"session,omitempty"`
 	Profile    string          `json:"cpu_profile,omitempty"`
 	Notes      []string        `json:"notes,omitempty"`
 	Skipped    []string        `json:"skipped,omitempty"`

@@ -95,6 +95,9 @@ func TestHarnessTiny(t *testing.T) {
 			positive("approve CLI", *a.CLIMS)
 		}
 	}
+	if s := rep.Session; s == nil || len(s.Paths) != 2 { // TestSessionSection checks its figures
+		t.Errorf("session: %+v", s)
+	}
 	var js bytes.Buffer
 	if err := rep.WriteJSON(&js); err != nil || !json.Valid(js.Bytes()) {
 		t.Errorf("WriteJSON: %v", err)

@@ -31,7 +31,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var asJSON, quiet bool
 	var jsonOut string
 	fs.StringVar(&opt.RedisURL, "redis", def, cli.RedisUsage(from)+"; a dedicated database is best, e.g. redis://127.0.0.1:6379/9")
-	fs.IntVar(&opt.N, "n", FullN, "scale: tasks per throughput run (CPU-bound: n/5), idle-latency tasks max(n/5,20), overhead iterations n, approvals 10n, RSS-run tasks n²/10")
+	fs.IntVar(&opt.N, "n", FullN, "scale: tasks per throughput run (CPU-bound: n/5), idle-latency tasks max(n/5,20), overhead iterations n, approvals 10n, RSS-run tasks n²/10, sessions max(n/20,10) per path and round")
 	fs.IntVar(&opt.Rounds, "rounds", 3, "interleaved rounds; figures are their median, min and max")
 	fs.StringVar(&conc, "concurrency", "", "concurrencies of the throughput runs, comma-separated (default 2 and 2×cores+1)")
 	fs.StringVar(&sections, "only", "", "run only these sections, comma-separated: "+strings.Join(AllSections, ","))
@@ -125,13 +125,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // deleteQueue removes everything of queue q: the asynq queue and every key
 // below "asynq:{q}:" (completed tasks and counters, which DeleteQueue
-// leaves), and the limits a worker published for it.
+// leaves), and the limits, grants and actions' catalog a worker published
+// for it.
 func deleteQueue(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Inspector, q string) error {
 	// DeleteQueue refuses while a task is active (a server that was killed
 	// leaves them so): the keys below go anyway.
 	_ = insp.DeleteQueue(q, true)
-	if err := rdb.Unlink(ctx, queuepolicy.Key("", q)).Err(); err != nil {
-		return err
+	// One key per command: they are in different slots of a Cluster.
+	for _, k := range []string{queuepolicy.Key("", q), queuepolicy.GrantsKey("", q), queuepolicy.ActionsKey("", q)} {
+		if err := rdb.Unlink(ctx, k).Err(); err != nil {
+			return err
+		}
 	}
 	if err := deletePrefix(ctx, rdb, "asynq:{"+q+"}:"); err != nil {
 		return err

@@ -119,6 +119,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		t.Flush()
 		fmt.Fprintln(&b, "  ready = the server's ready line: the worker prints it once it serves its queues (every slot helper up); first task done = its record's finished_at")
 	}
+	if r.Session != nil {
+		b.WriteString(sessionTable(r.Session))
+	}
 	if len(r.Idle) > 0 {
 		b.WriteString(idleTable(r.Idle))
 	}

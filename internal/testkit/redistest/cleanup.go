@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -23,12 +24,19 @@ func deleteQueue(url, q string) error {
 	}
 	defer c.Close()
 
-	insp := asynq.NewInspectorFromRedisClient(c)
-	if err := insp.DeleteQueue(q, true); err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
-		return fmt.Errorf("deleting the asynq queue: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	insp := asynq.NewInspectorFromRedisClient(c)
+	if err := insp.DeleteQueue(q, true); err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+		// A task of a SIGKILLed worker stays active until its lease
+		// expires: its keys go below, and the queue from the list.
+		if !strings.Contains(err.Error(), "active tasks") {
+			return fmt.Errorf("deleting the asynq queue: %w", err)
+		}
+		if err := c.SRem(ctx, "asynq:queues", q).Err(); err != nil {
+			return fmt.Errorf("deleting the asynq queue: %w", err)
+		}
+	}
 	if err := c.Del(ctx, queuepolicy.Key("", q), queuepolicy.GrantsKey("", q), queuepolicy.ActionsKey("", q)).Err(); err != nil {
 		return fmt.Errorf("deleting the queue's policy: %w", err)
 	}

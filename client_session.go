@@ -1,0 +1,209 @@
+package airlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+
+	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/session"
+	"github.com/airlock-run/airlock/tasks"
+)
+
+// Session errors, matched with errors.Is on what Session's methods and
+// OpenSession return (a *session.Error says more: status, state, how it
+// ended, when to retry).
+var (
+	ErrSessionNotFound = session.ErrNotFound
+	ErrSessionEnded    = session.ErrEnded
+	ErrSessionBusy     = session.ErrBusy
+	// ErrNoRoom: no worker had room for the session (each holds at most
+	// its -max-sessions, and keeps slots for one-shot runs); retry after
+	// the error's RetryAfter.
+	ErrNoRoom = session.ErrNoRoom
+)
+
+// DefaultOpenWait is how long OpenSession waits for a worker to take the
+// session (ClientOptions.OpenWait).
+const DefaultOpenWait = 10 * time.Second
+
+// callGrace is what a call waits past its step's own bound: the worker's
+// grace to stop a step, and the wire.
+const callGrace = 10 * time.Second
+
+// Session is an open session: one run whose steps arrive call by call, in
+// one workspace, on one worker's slot, until Close (the output then goes
+// through the contract, the policy and the approval), Delete, or its idle
+// timeout or timeout. A Session holds no connection of its own: any
+// client (or API server) reaches it by its id (Client.Session).
+type Session struct {
+	c       *Client
+	conn    *session.Conn
+	id      string
+	queue   string
+	timeout time.Duration
+	// Opened is the answer to the open: the steps the spec ran, when the
+	// session expires.
+	Opened *session.Answer
+	calls  atomic.Int64
+}
+
+// ID is the session's id, which is its run's task id.
+func (s *Session) ID() string { return s.id }
+
+// Queue is the queue of the session's run.
+func (s *Session) Queue() string { return s.queue }
+
+// OpenSession queues spec as a session (spec.Session is set when nil) and
+// waits until a worker holds it and has run the spec's steps, if any, for
+// at most ClientOptions.OpenWait. No worker with room in that time: the
+// run is canceled and the error matches ErrNoRoom (HTTP 429).
+func (c *Client) OpenSession(ctx context.Context, spec *tasks.Spec) (*Session, error) {
+	if spec == nil {
+		return nil, errors.New("airlock: OpenSession of a nil spec")
+	}
+	if spec.Session == nil {
+		spec.Session = &tasks.Session{}
+	}
+	if spec.IdempotencyKey != "" {
+		return nil, &tasks.FieldError{Field: "idempotency_key", Msg: "a session is opened once", Hint: "leave it out; the session's id names it"}
+	}
+	payload, opts, err := c.prepare(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	id := uuid.NewString()
+	s := &Session{c: c, conn: c.sessions, id: id, queue: spec.Queue, timeout: time.Duration(spec.Timeout)}
+	ttl := time.Duration(spec.Timeout) + c.opts.Retention + time.Hour
+	if err := s.conn.Create(ctx, session.Info{ID: id, TaskID: id, Queue: spec.Queue, Principal: spec.Principal, OpenedAt: time.Now()}, ttl); err != nil {
+		return nil, fmt.Errorf("airlock: open session: %w", err)
+	}
+	if _, err := c.asynq.EnqueueContext(ctx, asynq.NewTask(tasks.TypeRun, payload), append(opts, asynq.TaskID(id))...); err != nil {
+		return nil, fmt.Errorf("airlock: enqueueing session in queue %q: %w", spec.Queue, err)
+	}
+	wait := c.opts.OpenWait
+	if wait <= 0 {
+		wait = DefaultOpenWait
+	}
+	// The spec's own steps run before the open is answered.
+	for _, st := range spec.Steps {
+		wait += time.Duration(st.Timeout)
+		if st.Timeout == 0 {
+			wait += time.Duration(spec.Timeout)
+			break
+		}
+	}
+	a, err := s.conn.AwaitOpen(ctx, id, min(wait, time.Duration(spec.Timeout)+DefaultOpenWait))
+	var se *session.Error
+	if errors.As(err, &se) && se.Status == http.StatusGatewayTimeout {
+		// No worker took it: take it back, unless one takes it now.
+		if _, cerr := c.Cancel(context.WithoutCancel(ctx), spec.Queue, id); cerr == nil || errors.Is(cerr, ErrFinal) {
+			return nil, &session.Error{Status: http.StatusTooManyRequests, State: se.State, RetryAfter: time.Second,
+				Msg: fmt.Sprintf("no worker of queue %q took the session in %s: all are busy or none runs", spec.Queue, wait)}
+		}
+		a, err = s.conn.AwaitOpen(ctx, id, callGrace)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.Opened = a
+	return s, nil
+}
+
+// Session returns the open session id, for any client to call: the state
+// lives in Redis, not in the client that opened it.
+func (c *Client) Session(ctx context.Context, id string) (*Session, *session.Info, error) {
+	in, err := c.sessions.Get(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &Session{c: c, conn: c.sessions, id: id, queue: in.Queue, timeout: time.Until(in.ExpiresAt)}, in, nil
+}
+
+// call sends one call and waits for its answer, at most bound past the
+// call's own work.
+func (s *Session) call(ctx context.Context, c session.Call, bound time.Duration) (*session.Answer, error) {
+	c.ID = strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(s.calls.Add(1), 36)
+	a, err := s.conn.Call(ctx, s.id, c, bound+callGrace)
+	var se *session.Error
+	if errors.As(err, &se) && se.Status == http.StatusGatewayTimeout {
+		// No answer: the worker may have died. Its run's state says.
+		if rec, serr := s.c.Status(ctx, s.queue, s.id); serr == nil && record.Final(rec.State) || serr == nil && rec.State == "archived" {
+			return nil, &session.Error{Status: http.StatusGone, State: session.StateEnded, End: record.StateFailed,
+				Msg: fmt.Sprintf("the session's run ended without answering: %s %s", rec.State, rec.Error)}
+		}
+	}
+	return a, err
+}
+
+// Run runs one step in the session's workspace and returns its record
+// entry (exit code, verdict, kept stdout and stderr, timings). A step that
+// fails does not end the session: the caller decides what comes next.
+func (s *Session) Run(ctx context.Context, st tasks.Step) (*record.Step, error) {
+	bound := s.timeout
+	if st.Timeout > 0 {
+		bound = time.Duration(st.Timeout)
+	}
+	a, err := s.call(ctx, session.Call{Op: session.OpStep, Step: &st}, bound)
+	if err != nil {
+		return nil, err
+	}
+	return a.Step, nil
+}
+
+// WriteFile writes data (at most session.MaxFileBytes) to path in the
+// session's workspace, within its quota.
+func (s *Session) WriteFile(ctx context.Context, path string, data []byte) error {
+	if err := tasks.CheckPath("path", path); err != nil {
+		return err
+	}
+	_, err := s.call(ctx, session.Call{Op: session.OpWrite, Path: path, Data: data}, 0)
+	return err
+}
+
+// ReadFile reads the regular file path of the session's workspace (at
+// most session.MaxFileBytes; a link is never followed).
+func (s *Session) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	if err := tasks.CheckPath("path", path); err != nil {
+		return nil, err
+	}
+	a, err := s.call(ctx, session.Call{Op: session.OpRead, Path: path}, 0)
+	if err != nil {
+		return nil, err
+	}
+	return a.Data, nil
+}
+
+// Close ends the session into its output contract, the policy and the
+// approval, and returns the run's record once it is parked or finished
+// (every step in order).
+func (s *Session) Close(ctx context.Context) (*record.Run, error) {
+	// The position before the close: the run's event may come before the
+	// close's answer is read.
+	from, err := s.c.events.Last(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: close session %s: %w", s.id, err)
+	}
+	if _, err := s.call(ctx, session.Call{Op: session.OpClose}, 0); err != nil {
+		return nil, err
+	}
+	return s.c.waitFrom(ctx, s.queue, s.id, from)
+}
+
+// Delete ends the session at once, keeping nothing (a running step is
+// killed, an idle session ends within a second), and returns its record:
+// canceled, or how it ended if it had already.
+func (s *Session) Delete(ctx context.Context) (*record.Run, error) {
+	rec, err := s.c.Cancel(ctx, s.queue, s.id)
+	if errors.Is(err, ErrFinal) {
+		return s.c.Status(ctx, s.queue, s.id)
+	}
+	return rec, err
+}

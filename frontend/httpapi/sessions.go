@@ -1,0 +1,232 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/session"
+	"github.com/airlock-run/airlock/tasks"
+)
+
+// Sessions: POST /v1/sessions opens one (a spec, steps optional), then
+// each call names it by id; the API keeps no session state (it lives in
+// Redis, package session), so any API server serves any session. A
+// session's calls are its opener's: another token (even with the scope)
+// gets 404, as for a session that does not exist.
+
+// SessionOpened is the answer to POST /v1/sessions.
+type SessionOpened struct {
+	SessionID string `json:"session_id"`
+	TaskID    string `json:"task_id"`
+	Queue     string `json:"queue"`
+	State     string `json:"state"`
+	// Steps are the records of the spec's own steps, run before the open
+	// was answered.
+	Steps     any       `json:"steps"`
+	ExpiresAt time.Time `json:"expires_at"`
+	IdleUntil time.Time `json:"idle_until"`
+}
+
+// openSession serves POST /v1/sessions.
+func (h *Handler) openSession(w http.ResponseWriter, r *http.Request) {
+	data, ok := h.readBody(w, r, int64(h.maxPayload), "spec", func(max int64) string {
+		return fmt.Sprintf("spec rejected: spec: the body is more than %d bytes, the payload cap", max)
+	})
+	if !ok {
+		return
+	}
+	spec, ok := h.decodeSpec(w, r, data)
+	if !ok || !h.admit(w, r, spec) {
+		return
+	}
+	if spec.Action != "" {
+		h.specRejected(w, r, &tasks.FieldError{Field: "action", Msg: "a catalog action is a one-shot run", Hint: "open a session with a free-form spec"})
+		return
+	}
+	s, err := h.client.OpenSession(r.Context(), spec)
+	var fe *tasks.FieldError
+	if tasks.IsInvalid(err) && errors.As(err, &fe) {
+		h.specRejected(w, r, fe)
+		return
+	}
+	if err != nil {
+		h.sessionError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/sessions/"+s.ID())
+	writeJSON(w, http.StatusCreated, SessionOpened{SessionID: s.ID(), TaskID: s.ID(), Queue: s.Queue(), State: session.StateOpen,
+		Steps: s.Opened.Steps, ExpiresAt: s.Opened.ExpiresAt, IdleUntil: s.Opened.IdleUntil})
+}
+
+// session returns the request's session when the token may call it: its
+// opener's, in a queue the token may use. It answers the errors itself.
+func (h *Handler) session(w http.ResponseWriter, r *http.Request) (*airlock.Session, *session.Info, bool) {
+	id := r.PathValue("id")
+	s, in, err := h.client.Session(r.Context(), id)
+	if err == nil && (in.Principal != tokenName(tokenOf(r)) || !tokenOf(r).AllowsQueue(in.Queue)) {
+		err = &session.Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("no session %s", id)}
+	}
+	if err != nil {
+		h.sessionError(w, r, err)
+		return nil, nil, false
+	}
+	return s, in, true
+}
+
+// sessionError answers a session call's error as a problem.
+func (h *Handler) sessionError(w http.ResponseWriter, r *http.Request, err error) {
+	var se *session.Error
+	if !errors.As(err, &se) {
+		h.internal(w, r, err)
+		return
+	}
+	p := &Problem{Status: se.Status, Detail: se.Error(), Field: se.Field, State: se.State, End: string(se.End), TaskID: r.PathValue("id")}
+	switch se.Status {
+	case http.StatusBadRequest:
+		p.Type = ProblemBadRequest
+	case http.StatusNotFound:
+		p.Type = ProblemNotFound
+	case http.StatusConflict:
+		p.Type = ProblemSessionBusy
+	case http.StatusGone:
+		p.Type = ProblemSessionEnded
+	case http.StatusRequestEntityTooLarge:
+		p.Type = ProblemTooLarge
+	case http.StatusTooManyRequests:
+		p.Type = ProblemNoRoom
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(se.RetryAfter.Seconds()))))
+	case http.StatusGatewayTimeout:
+		p.Type = ProblemNoAnswer
+	default:
+		p.Type, p.Status = ProblemInternal, http.StatusInternalServerError
+	}
+	h.fail(w, r, p)
+}
+
+// sessionStep serves POST /v1/sessions/{id}/steps: one step, as in a
+// spec; 200 with its record entry, whatever its verdict.
+func (h *Handler) sessionStep(w http.ResponseWriter, r *http.Request) {
+	s, _, ok := h.session(w, r)
+	if !ok {
+		return
+	}
+	data, ok := h.readBody(w, r, int64(h.maxPayload), "step", func(max int64) string {
+		return fmt.Sprintf("step: the body is more than %d bytes, the payload cap", max)
+	})
+	if !ok {
+		return
+	}
+	var st tasks.Step
+	if err := tasks.DecodeStep(data, &st); err != nil {
+		var fe *tasks.FieldError
+		if errors.As(err, &fe) {
+			h.specRejected(w, r, fe)
+			return
+		}
+		h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: "step", Detail: err.Error()})
+		return
+	}
+	rec, err := s.Run(r.Context(), st)
+	if err != nil {
+		h.sessionError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+// sessionFilePath is the {path...} of a files route, checked.
+func (h *Handler) sessionFilePath(w http.ResponseWriter, r *http.Request) (string, bool) {
+	p := r.PathValue("path")
+	if err := tasks.CheckPath("path", p); err != nil {
+		h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: "path", Detail: err.Error()})
+		return "", false
+	}
+	return p, true
+}
+
+// putSessionFile serves PUT /v1/sessions/{id}/files/{path...}: the raw
+// body, at most session.MaxFileBytes, becomes the file.
+func (h *Handler) putSessionFile(w http.ResponseWriter, r *http.Request) {
+	s, _, ok := h.session(w, r)
+	if !ok {
+		return
+	}
+	p, ok := h.sessionFilePath(w, r)
+	if !ok {
+		return
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, session.MaxFileBytes))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		h.fail(w, r, &Problem{Type: ProblemTooLarge, Status: http.StatusRequestEntityTooLarge, Field: "body",
+			Detail: fmt.Sprintf("the file is more than %d bytes, the most one call writes", session.MaxFileBytes)})
+		return
+	case err != nil:
+		h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: "body", Detail: "reading the body: " + err.Error()})
+		return
+	}
+	if err := s.WriteFile(r.Context(), p, b); err != nil {
+		h.sessionError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"path": p, "size": len(b)})
+}
+
+// getSessionFile serves GET /v1/sessions/{id}/files/{path...}: the file's
+// raw bytes.
+func (h *Handler) getSessionFile(w http.ResponseWriter, r *http.Request) {
+	s, _, ok := h.session(w, r)
+	if !ok {
+		return
+	}
+	p, ok := h.sessionFilePath(w, r)
+	if !ok {
+		return
+	}
+	b, err := s.ReadFile(r.Context(), p)
+	if err != nil {
+		h.sessionError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+// closeSession serves POST /v1/sessions/{id}/close: the run record once
+// parked or finished.
+func (h *Handler) closeSession(w http.ResponseWriter, r *http.Request) {
+	s, _, ok := h.session(w, r)
+	if !ok {
+		return
+	}
+	rec, err := s.Close(r.Context())
+	if err != nil {
+		h.sessionError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+// deleteSession serves DELETE /v1/sessions/{id}: ended at once, the run
+// record (canceled, or how it had ended).
+func (h *Handler) deleteSession(w http.ResponseWriter, r *http.Request) {
+	s, _, ok := h.session(w, r)
+	if !ok {
+		return
+	}
+	rec, err := s.Delete(r.Context())
+	if err != nil {
+		h.sessionError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}

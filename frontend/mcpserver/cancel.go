@@ -1,0 +1,63 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/record"
+)
+
+// cancel_run cancels a run of the agent's own: one whose principal is the
+// server's (Options.Principal), in one of its queues. A run another
+// principal enqueued is refused, before anything is done to it.
+
+// cancelTool is cancel_run's definition.
+func cancelTool(sc schemas) *mcp.Tool {
+	no, yes := false, true
+	return &mcp.Tool{
+		Name:  ToolCancelRun,
+		Title: "Cancel a run",
+		Description: "Cancel a run this server enqueued (its principal is this server's): a pending run is taken off its queue, " +
+			"a running one is stopped (its processes killed). Either way it ends canceled, is never run again and publishes nothing. " +
+			"Returns the run record (state canceled; active when the worker has not stopped it yet: get_run follows it). " +
+			"A run that was over already (completed, failed, parked...) is an error saying its state; so is another principal's run.",
+		InputSchema: sc.cancelRun,
+		Annotations: &mcp.ToolAnnotations{Title: "Cancel a run", DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
+	}
+}
+
+// cancelRun is cancel_run.
+func (s *server) cancelRun(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
+	taskID, q, err := s.runArgs(req)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.c.Status(ctx, q, taskID)
+	if err != nil {
+		return nil, readError(err)
+	}
+	if rec.Principal != s.o.Principal {
+		who := "no principal"
+		if rec.Principal != "" {
+			who = fmt.Sprintf("principal %q", rec.Principal)
+		}
+		return nil, fmt.Errorf("task %s was enqueued with %s, not this server's %q: an agent cancels only its own runs", taskID, who, s.o.Principal)
+	}
+	rec, err = s.c.Cancel(ctx, q, taskID)
+	var fe *airlock.FinalError
+	if errors.As(err, &fe) {
+		return nil, &stateError{state: fe.Record.State, msg: fmt.Sprintf("task %s is already %s: nothing to cancel (%s)", taskID, fe.Record.State, note(fe.Record))}
+	}
+	if err != nil {
+		return nil, readError(err)
+	}
+	out := &runOut{Record: rec, Note: note(rec)}
+	if !record.Final(rec.State) {
+		out.Note = fmt.Sprintf("canceling: the worker has not stopped it yet (get_run follows it): %s", out.Note)
+	}
+	return out, nil
+}

@@ -1,0 +1,268 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/session"
+	"github.com/airlock-run/airlock/tasks"
+)
+
+// The session tools: an agent opens a session (one workspace, one slot,
+// one record, one deadline), runs a step, looks at what it printed, reads
+// and writes files, runs the next step, and closes it into the output
+// contract and the approval queue. A session's calls are the server's own:
+// one another principal opened is unknown here. None of them approves.
+
+// Names of the session tools.
+const (
+	ToolOpenSession  = "open_session"
+	ToolRunInSession = "run_in_session"
+	ToolWriteFile    = "write_file"
+	ToolReadFile     = "read_file"
+	ToolCloseSession = "close_session"
+)
+
+// sessionSchemas adds the session tools' input schemas to sc: open_session
+// takes a whole spec (specProp, whose references point into defs),
+// run_in_session a step's fields (step).
+func sessionSchemas(sc *schemas, specProp, defs object, step func(string) object) {
+	strict := func(required []string, props object) object {
+		return object{"$schema": draft07, "type": "object", "additionalProperties": false,
+			"required": toAny(required), "properties": props}
+	}
+	sid := object{"type": "string", "minLength": 1, "maxLength": 256, "description": "The session id open_session returned."}
+	path := object{"type": "string", "minLength": 1, "maxLength": 1024,
+		"description": "A path in the session's workspace, relative and clean (e.g. in/data.csv, out/report.json)."}
+	spec := maps.Clone(specProp)
+	spec["description"] = "A whole task spec v1 (docs/spec.md) with a session block ({} takes the defaults: idle_timeout 5m): " +
+		"files, inputs, secrets, limits, network, the output contract, timeout (the session's whole life). steps are optional: they run before the open answers."
+	open := strict([]string{"spec"}, object{"spec": spec})
+	open["definitions"] = defs
+	sc.openSession = open
+	sc.runInSession = strict([]string{"session_id", "run"}, object{
+		"session_id": sid, "run": step("run"), "name": step("name"), "stdin": step("stdin"), "env": step("env"), "timeout": step("timeout")})
+	sc.runInSession["definitions"] = defs // the step's fields refer to them
+	sc.writeFile = strict([]string{"session_id", "path", "content"}, object{
+		"session_id": sid, "path": path,
+		"content":  object{"type": "string", "description": fmt.Sprintf("The file's content: text, or base64 with encoding base64 (at most %d bytes decoded).", session.MaxFileBytes)},
+		"encoding": object{"enum": []any{"utf-8", "base64"}, "default": "utf-8"}})
+	sc.readFile = strict([]string{"session_id", "path"}, object{"session_id": sid, "path": path})
+	sc.closeSession = strict([]string{"session_id"}, object{"session_id": sid})
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// addSessionTools registers the session tools on srv.
+func (s *server) addSessionTools(srv *mcp.Server, sc schemas) {
+	no, yes := false, true
+	srv.AddTool(&mcp.Tool{
+		Name:  ToolOpenSession,
+		Title: "Open a session in Airlock's sandbox",
+		Description: "Open a session: one confined workspace (no network unless the spec asks and the operator allows, limits, a deadline) " +
+			"that keeps its files across calls, for running steps one at a time and looking at each before the next. " +
+			"Returns {session_id, queue, steps (the spec's own, already run), expires_at, idle_until}. " +
+			"Close it with close_session when done: its output (output.result) then goes to the operator's policy and, unless a rule allows sessions, a human approver.",
+		InputSchema: sc.openSession,
+		Annotations: &mcp.ToolAnnotations{Title: "Open a session", DestructiveHint: &no, OpenWorldHint: &no},
+	}, s.handle(ToolOpenSession, s.openSession))
+	srv.AddTool(&mcp.Tool{
+		Name:  ToolRunInSession,
+		Title: "Run a step in a session",
+		Description: "Run one command in the session's workspace (argv in run, e.g. [\"sh\", \"-c\", \"head -3 in/data.csv\"]) and return its record: " +
+			"exit_code, verdict (ok, exit, timeout...), stdout and stderr, timings. A failing step does not end the session.",
+		InputSchema: sc.runInSession,
+		Annotations: &mcp.ToolAnnotations{Title: "Run in a session", DestructiveHint: &no, OpenWorldHint: &no},
+	}, s.handle(ToolRunInSession, s.runInSession))
+	srv.AddTool(&mcp.Tool{
+		Name: ToolWriteFile, Title: "Write a file in a session",
+		Description: fmt.Sprintf("Write a file (text, or base64 with encoding base64; at most %d bytes) into the session's workspace, within its quota.", session.MaxFileBytes),
+		InputSchema: sc.writeFile,
+		Annotations: &mcp.ToolAnnotations{Title: "Write a file", DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no},
+	}, s.handle(ToolWriteFile, s.writeFile))
+	srv.AddTool(&mcp.Tool{
+		Name: ToolReadFile, Title: "Read a file of a session",
+		Description: fmt.Sprintf("Read a file a step wrote in the session's workspace (at most %d bytes): {path, size, content, encoding} "+
+			"with content as text (utf-8) or base64. Links are never followed.", session.MaxFileBytes),
+		InputSchema: sc.readFile,
+		Annotations: &mcp.ToolAnnotations{Title: "Read a file", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
+	}, s.handle(ToolReadFile, s.readFile))
+	srv.AddTool(&mcp.Tool{
+		Name:  ToolCloseSession,
+		Title: "Close a session",
+		Description: "End the session: its output goes through its contract and the operator's policy, and is parked for a human approver " +
+			"unless a rule allows sessions; returns the run record with every step in order. A parked output is " + CannotApprove + ". " +
+			"To end a session keeping nothing, cancel_run its session_id.",
+		InputSchema: sc.closeSession,
+		Annotations: &mcp.ToolAnnotations{Title: "Close a session", DestructiveHint: &yes, OpenWorldHint: &no},
+	}, s.handle(ToolCloseSession, s.closeSession))
+}
+
+// sessionOut is open_session's answer.
+type sessionOut struct {
+	SessionID string        `json:"session_id"`
+	Queue     string        `json:"queue"`
+	Steps     []record.Step `json:"steps"`
+	ExpiresAt time.Time     `json:"expires_at"`
+	IdleUntil time.Time     `json:"idle_until"`
+	Note      string        `json:"note"`
+}
+
+func (o *sessionOut) taskID() string { return o.SessionID }
+
+func (s *server) openSession(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
+	var raw json.RawMessage
+	if err := decodeArgs(req.Params.Arguments, arg{"spec", &raw}); err != nil {
+		return nil, err
+	}
+	spec, err := tasks.Decode(raw)
+	if err != nil {
+		return nil, prefixField("spec", err)
+	}
+	if spec.Principal != "" {
+		return nil, &tasks.FieldError{Field: "spec.principal", Msg: "set by the server", Hint: "leave principal out"}
+	}
+	if spec.Queue, err = s.queue("spec.queue", spec.Queue); err != nil {
+		return nil, err
+	}
+	spec.Principal = s.o.Principal
+	sess, err := s.c.OpenSession(ctx, spec)
+	if err != nil {
+		return nil, prefixField("spec", err)
+	}
+	a := sess.Opened
+	return &sessionOut{SessionID: sess.ID(), Queue: sess.Queue(), Steps: a.Steps, ExpiresAt: a.ExpiresAt, IdleUntil: a.IdleUntil,
+		Note: fmt.Sprintf("open until %s, or %s without a call; close it with close_session", a.ExpiresAt.Format(time.RFC3339), a.IdleUntil.Format(time.RFC3339))}, nil
+}
+
+// prefixField names a spec's field error under field.
+func prefixField(field string, err error) error {
+	var fe *tasks.FieldError
+	if errors.As(err, &fe) {
+		return &tasks.FieldError{Field: field + "." + fe.Field, Msg: fe.Msg, Hint: fe.Hint}
+	}
+	return err
+}
+
+// ownSession returns session id when this server opened it (its principal,
+// one of its queues); any other is unknown here.
+func (s *server) ownSession(ctx context.Context, id string) (*airlock.Session, error) {
+	sess, in, err := s.c.Session(ctx, id)
+	if err == nil && (in.Principal != s.o.Principal || !slices.Contains(s.o.Queues, in.Queue)) {
+		err = &session.Error{Status: 404, Msg: fmt.Sprintf("no session %s of this server's", id)}
+	}
+	return sess, err
+}
+
+func (s *server) runInSession(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
+	var id string
+	var st tasks.Step
+	var run, env, timeout json.RawMessage
+	if err := decodeArgs(req.Params.Arguments, arg{"session_id", &id}, arg{"run", &run}, arg{"name", &st.Name},
+		arg{"stdin", &st.Stdin}, arg{"env", &env}, arg{"timeout", &timeout}); err != nil {
+		return nil, err
+	}
+	step := map[string]json.RawMessage{"run": run}
+	if len(env) > 0 {
+		step["env"] = env
+	}
+	if len(timeout) > 0 {
+		step["timeout"] = timeout
+	}
+	b, _ := json.Marshal(step)
+	if err := tasks.DecodeStep(b, &st); err != nil {
+		return nil, err
+	}
+	sess, err := s.ownSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return sess.Run(ctx, st)
+}
+
+// fileOut is write_file's and read_file's answer.
+type fileOut struct {
+	Path     string `json:"path"`
+	Size     int    `json:"size"`
+	Content  string `json:"content,omitempty"`
+	Encoding string `json:"encoding,omitempty"`
+}
+
+func (s *server) writeFile(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
+	var id, path, content, encoding string
+	if err := decodeArgs(req.Params.Arguments, arg{"session_id", &id}, arg{"path", &path}, arg{"content", &content}, arg{"encoding", &encoding}); err != nil {
+		return nil, err
+	}
+	data := []byte(content)
+	switch encoding {
+	case "", "utf-8":
+	case "base64":
+		var err error
+		if data, err = base64.StdEncoding.DecodeString(content); err != nil {
+			return nil, &tasks.FieldError{Field: "content", Msg: "not base64: " + err.Error()}
+		}
+	default:
+		return nil, &tasks.FieldError{Field: "encoding", Msg: fmt.Sprintf("%q is not utf-8 or base64", encoding)}
+	}
+	sess, err := s.ownSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := sess.WriteFile(ctx, path, data); err != nil {
+		return nil, err
+	}
+	return &fileOut{Path: path, Size: len(data)}, nil
+}
+
+func (s *server) readFile(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
+	var id, path string
+	if err := decodeArgs(req.Params.Arguments, arg{"session_id", &id}, arg{"path", &path}); err != nil {
+		return nil, err
+	}
+	sess, err := s.ownSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	data, err := sess.ReadFile(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	out := &fileOut{Path: path, Size: len(data), Content: string(data), Encoding: "utf-8"}
+	if !utf8.Valid(data) {
+		out.Content, out.Encoding = base64.StdEncoding.EncodeToString(data), "base64"
+	}
+	return out, nil
+}
+
+func (s *server) closeSession(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
+	var id string
+	if err := decodeArgs(req.Params.Arguments, arg{"session_id", &id}); err != nil {
+		return nil, err
+	}
+	sess, err := s.ownSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := sess.Close(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &runOut{Record: rec, Note: note(rec)}, nil
+}

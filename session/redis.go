@@ -1,0 +1,272 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/record"
+)
+
+// Conn reads and writes sessions under a key prefix ("airlock:" when "").
+type Conn struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// NewConn returns the sessions of rdb under prefix.
+func NewConn(rdb redis.UniversalClient, prefix string) *Conn {
+	if prefix == "" {
+		prefix = "airlock:"
+	}
+	return &Conn{rdb: rdb, prefix: prefix}
+}
+
+func (c *Conn) stateKey(id string) string { return c.prefix + "session:{" + id + "}" }
+func (c *Conn) callsKey(id string) string { return c.prefix + "session:{" + id + "}:calls" }
+func (c *Conn) answerKey(id, call string) string {
+	return c.prefix + "session:{" + id + "}:answer:" + call
+}
+
+// Create writes the state hash of a session being opened (state opening),
+// kept for ttl (the session's timeout and the record's retention): the
+// opener calls it before it queues the session's task.
+func (c *Conn) Create(ctx context.Context, in Info, ttl time.Duration) error {
+	key := c.stateKey(in.ID)
+	p := c.rdb.TxPipeline()
+	p.HSet(ctx, key, "task_id", in.TaskID, "queue", in.Queue, "principal", in.Principal,
+		"state", StateOpening, "opened_at", in.OpenedAt.UnixMicro())
+	p.Expire(ctx, key, ttl)
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// Get returns the session's state hash; an error matching ErrNotFound
+// when there is none.
+func (c *Conn) Get(ctx context.Context, id string) (*Info, error) {
+	m, err := c.rdb.HGetAll(ctx, c.stateKey(id)).Result()
+	if err != nil {
+		return nil, err
+	}
+	if len(m) == 0 {
+		return nil, &Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("no session %s (never opened, or its record's retention passed)", id)}
+	}
+	in := &Info{ID: id, TaskID: m["task_id"], Queue: m["queue"], Principal: m["principal"], State: m["state"],
+		End: record.State(m["end"]), Worker: m["worker"]}
+	in.OpenedAt = micros(m["opened_at"])
+	in.ExpiresAt = micros(m["expires_at"])
+	in.SeenAt = micros(m["seen_at"])
+	return in, nil
+}
+
+func micros(s string) time.Time {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(n).UTC()
+}
+
+// pushIfOpen pushes a call only while the session is open, answering
+// the state otherwise ("" when there is no session).
+var pushIfOpen = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'state')
+if st ~= 'open' then return st or '' end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 'pushed'`)
+
+// Call sends a call to the worker holding session id and waits up to wait
+// for its answer. An answer that is not a success is returned as an
+// *Error; so is a session not open (404, 409 opening, 410 ended) and an
+// answer that does not come in time (504, with the session's state).
+func (c *Conn) Call(ctx context.Context, id string, call Call, wait time.Duration) (*Answer, error) {
+	b, err := encodeCall(call)
+	if err != nil {
+		return nil, err
+	}
+	keys := []string{c.stateKey(id), c.callsKey(id)}
+	st, err := pushIfOpen.Run(ctx, c.rdb, keys, b, (wait + AnswerTTL).Milliseconds()).Text()
+	if err != nil {
+		return nil, fmt.Errorf("session %s: send the call: %w", id, err)
+	}
+	if st != "pushed" {
+		return nil, c.notOpen(ctx, id, st)
+	}
+	return c.await(ctx, id, call.ID, wait)
+}
+
+// notOpen is the error of a call to a session in state st.
+func (c *Conn) notOpen(ctx context.Context, id, st string) error {
+	switch st {
+	case "":
+		return &Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("no session %s", id)}
+	case StateOpening:
+		return &Error{Status: http.StatusConflict, State: st, Msg: "the session is not open yet: no worker holds it"}
+	}
+	in, err := c.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return &Error{Status: http.StatusGone, State: in.State, End: in.End, Msg: fmt.Sprintf("the session ended: %s", in.End)}
+}
+
+// await waits for the answer to call callID, in slices of at most
+// beatEvery*2: between two, a session that ended is answered 410 at once,
+// and one whose worker stopped beating is ended as failed (a session is
+// never replayed) and answered 410.
+func (c *Conn) await(ctx context.Context, id, callID string, wait time.Duration) (*Answer, error) {
+	deadline := time.Now().Add(max(wait, time.Millisecond))
+	for {
+		left := time.Until(deadline)
+		res, err := c.rdb.BLPop(ctx, max(min(left, 2*BeatEvery), time.Millisecond), c.answerKey(id, callID)).Result()
+		if err == nil {
+			var a Answer
+			if err := json.Unmarshal([]byte(res[1]), &a); err != nil {
+				return nil, fmt.Errorf("session %s: answer: %w", id, err)
+			}
+			return &a, a.Err()
+		}
+		if !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("session %s: wait for the answer: %w", id, err)
+		}
+		in, gerr := c.Get(ctx, id)
+		if gerr != nil {
+			return nil, gerr
+		}
+		switch {
+		case in.State == StateEnded:
+			return nil, &Error{Status: http.StatusGone, State: in.State, End: in.End, Msg: fmt.Sprintf("the session ended (%s) before it answered", in.End)}
+		case in.State == StateOpen && !in.SeenAt.IsZero() && time.Since(in.SeenAt) > DeadAfter:
+			msg := fmt.Sprintf("the worker holding the session (%s) stopped answering %s ago: the session failed, and is never replayed", in.Worker, time.Since(in.SeenAt).Round(time.Second))
+			if err := c.End(ctx, id, record.StateFailed, time.Hour); err != nil {
+				return nil, err
+			}
+			return nil, &Error{Status: http.StatusGone, State: StateEnded, End: record.StateFailed, Msg: msg}
+		case time.Until(deadline) <= 0:
+			return nil, &Error{Status: http.StatusGatewayTimeout, State: in.State,
+				Msg: fmt.Sprintf("no answer in %s from the worker holding the session (%s)", wait, in.Worker)}
+		}
+	}
+}
+
+// Liveness of the worker holding a session: it beats every BeatEvery
+// (Beat); a caller that finds no beat for DeadAfter ends the session as
+// failed.
+const (
+	BeatEvery = 2 * time.Second
+	DeadAfter = 10 * time.Second
+)
+
+// Beat says the worker holding session id is alive.
+func (c *Conn) Beat(ctx context.Context, id string) error {
+	return c.rdb.HSet(ctx, c.stateKey(id), "seen_at", time.Now().UnixMicro()).Err()
+}
+
+// AwaitOpen waits up to wait for the worker's answer to the open.
+func (c *Conn) AwaitOpen(ctx context.Context, id string, wait time.Duration) (*Answer, error) {
+	return c.await(ctx, id, "open", wait)
+}
+
+// hold takes an opening session for worker, once.
+var hold = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'state')
+if st ~= 'opening' then return {st or '', redis.call('HGET', KEYS[1], 'worker') or ''} end
+if redis.call('HGET', KEYS[1], 'queue') ~= ARGV[1] then return {'queue', redis.call('HGET', KEYS[1], 'queue') or ''} end
+redis.call('HSET', KEYS[1], 'state', 'open', 'worker', ARGV[2], 'expires_at', ARGV[3], 'seen_at', ARGV[4])
+redis.call('DEL', KEYS[2])
+return {'held', ARGV[2]}`)
+
+// Hold makes worker the holder of session id, taken from queue, until
+// expires: once. A session another worker held (one that died: asynq gave
+// its task again), that ended, that was opened for another queue or never
+// opened is refused with an error that says so: a session is never
+// replayed.
+func (c *Conn) Hold(ctx context.Context, id, queue, worker string, expires time.Time) error {
+	res, err := hold.Run(ctx, c.rdb, []string{c.stateKey(id), c.callsKey(id)}, queue, worker, expires.UnixMicro(), time.Now().UnixMicro()).StringSlice()
+	if err != nil {
+		return fmt.Errorf("session %s: hold: %w", id, err)
+	}
+	switch res[0] {
+	case "held":
+		return nil
+	case "":
+		return fmt.Errorf("session %s was never opened (no state in Redis): a session is opened through Client.OpenSession or POST /v1/sessions", id)
+	case "queue":
+		return fmt.Errorf("session %s was opened for queue %q, not this one", id, res[1])
+	case StateOpen:
+		return fmt.Errorf("session %s was held by worker %s, which stopped answering: a session is never replayed on another worker", id, res[1])
+	}
+	return fmt.Errorf("session %s is %s: a session is never replayed", id, res[0])
+}
+
+// Next waits up to wait for the next call of session id: nil, nil when
+// none came. It blocks in slices of at most a second so that ctx ends it.
+func (c *Conn) Next(ctx context.Context, id string, wait time.Duration) (*Call, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		res, err := c.rdb.BLPop(ctx, min(left, time.Second), c.callsKey(id)).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var call Call
+		if err := json.Unmarshal([]byte(res[1]), &call); err != nil {
+			return &Call{Op: "invalid"}, nil
+		}
+		return &call, nil
+	}
+}
+
+// Answer sends the answer to call callID of session id; it stays
+// AnswerTTL for a caller that gave up.
+func (c *Conn) Answer(ctx context.Context, id, callID string, a *Answer) error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	key := c.answerKey(id, callID)
+	p := c.rdb.Pipeline()
+	p.RPush(ctx, key, b)
+	p.Expire(ctx, key, AnswerTTL)
+	_, err = p.Exec(ctx)
+	return err
+}
+
+// End marks session id ended as end (the run's state) and answers the
+// calls nobody will take (410); the state hash stays ttl, for callers to
+// learn how it ended.
+func (c *Conn) End(ctx context.Context, id string, end record.State, ttl time.Duration) error {
+	key := c.stateKey(id)
+	p := c.rdb.TxPipeline()
+	p.HSet(ctx, key, "state", StateEnded, "end", string(end))
+	p.Expire(ctx, key, ttl)
+	left := p.LRange(ctx, c.callsKey(id), 0, 99)
+	p.Del(ctx, c.callsKey(id))
+	if _, err := p.Exec(ctx); err != nil {
+		return err
+	}
+	for _, raw := range left.Val() {
+		var call Call
+		if json.Unmarshal([]byte(raw), &call) == nil && call.ID != "" {
+			_ = c.Answer(ctx, id, call.ID, &Answer{Status: http.StatusGone, State: StateEnded, End: end,
+				Error: fmt.Sprintf("the session ended (%s) before this call", end)})
+		}
+	}
+	return nil
+}

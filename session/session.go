@@ -1,0 +1,167 @@
+// Package session is the wire between the callers of a session (the Go
+// client, the HTTP API, the MCP server) and the worker that holds it: the
+// session's state in Redis, the list its calls arrive on and the lists its
+// answers go back on. A call never waits on the queue's poll: the caller
+// pushes it and blocks on its answer (BLPOP), the worker blocks on the
+// calls (BLPOP), so a step's round trip is two Redis commands on each side.
+//
+// A session is one run: its id is its task's id. The state hash is
+// written by the opener (state opening), taken by exactly one worker
+// (Hold: opening → open, once; a second taker, a retry after the holder
+// died included, is refused, so a session is never replayed) and ended by
+// that worker (End). Calls are pushed only while the state is open, in one
+// script, so a call never waits on a session that has ended. Every key is
+// under one hash tag, {task id}, so a session lives in one Cluster slot.
+//
+// The package is portable and holds no Airlock policy: what a call may do
+// is the worker's to decide.
+package session
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/tasks"
+)
+
+// Ops of a call.
+const (
+	OpStep  = "step"  // run one step; the answer holds its record entry
+	OpWrite = "write" // write one file of the workspace
+	OpRead  = "read"  // read one file of the workspace
+	OpClose = "close" // end the session into the output contract, the policy and the approval
+)
+
+// States of a session, in its hash.
+const (
+	StateOpening = "opening" // queued, no worker holds it yet
+	StateOpen    = "open"    // a worker holds it and takes calls
+	StateEnded   = "ended"   // over: Info.End says how (the run's state)
+)
+
+// Bounds of the wire.
+const (
+	// MaxFileBytes bounds the bytes of one file written or read by a call.
+	MaxFileBytes = 4 << 20
+	// MaxCallBytes bounds one encoded call (a step with its stdin, or a
+	// file): a bigger one is refused before it reaches Redis.
+	MaxCallBytes = MaxFileBytes*4/3 + 64<<10
+	// AnswerTTL is how long an answer nobody took stays in Redis.
+	AnswerTTL = time.Minute
+)
+
+// Call is one call of a session, as the worker receives it.
+type Call struct {
+	ID   string      `json:"id"` // unique per session: the answer's list
+	Op   string      `json:"op"`
+	Step *tasks.Step `json:"step,omitempty"`
+	Path string      `json:"path,omitempty"`
+	Data []byte      `json:"data,omitempty"`
+}
+
+// Answer is the worker's answer to a call (and to the open: ID "open").
+type Answer struct {
+	// Status is an HTTP status: 200, 201 (opened), 400 (a bad call; Field
+	// names what), 404 (no such file), 409 (busy), 410 (ended), 413 (too
+	// large), 429 (no room for a session), 500 (the worker failed).
+	Status int          `json:"status"`
+	Error  string       `json:"error,omitempty"`
+	Field  string       `json:"field,omitempty"`
+	Step   *record.Step `json:"step,omitempty"`
+	// Steps are the steps a spec's opening ran (the open's answer).
+	Steps []record.Step `json:"steps,omitempty"`
+	Data  []byte        `json:"data,omitempty"`
+	Size  int64         `json:"size,omitempty"`
+	// State is the session's after the call ("open", or "ended" with End).
+	State string       `json:"state,omitempty"`
+	End   record.State `json:"end,omitempty"`
+	// ExpiresAt is when the session ends at the latest; IdleUntil when it
+	// ends if no call comes (open's answer and each call's).
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	IdleUntil time.Time `json:"idle_until,omitzero"`
+}
+
+// Info is a session's state hash.
+type Info struct {
+	ID        string       `json:"session_id"`
+	TaskID    string       `json:"task_id"`
+	Queue     string       `json:"queue"`
+	Principal string       `json:"principal,omitempty"`
+	State     string       `json:"state"`
+	End       record.State `json:"end,omitempty"` // the run's state once ended
+	Worker    string       `json:"worker,omitempty"`
+	OpenedAt  time.Time    `json:"opened_at,omitzero"`
+	ExpiresAt time.Time    `json:"expires_at,omitzero"`
+	SeenAt    time.Time    `json:"seen_at,omitzero"` // the holder's last beat
+}
+
+// Error is a call that did not succeed, as its answer said (or as the
+// session's state says when no answer came).
+type Error struct {
+	Status int
+	Msg    string
+	Field  string       // the call's field that is wrong (400)
+	State  string       // the session's state
+	End    record.State // how it ended (410)
+	// RetryAfter is when an open refused for room (429) may be tried again.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("session: %s: %s", e.Field, e.Msg)
+	}
+	return "session: " + e.Msg
+}
+
+// Is matches ErrEnded (410), ErrNotFound (404 of the session), ErrBusy
+// (409) and ErrNoRoom (429).
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrEnded:
+		return e.Status == http.StatusGone
+	case ErrBusy:
+		return e.Status == http.StatusConflict
+	case ErrNoRoom:
+		return e.Status == http.StatusTooManyRequests
+	case ErrNotFound:
+		return e.Status == http.StatusNotFound && e.State == ""
+	}
+	return false
+}
+
+// Errors matched with errors.Is.
+var (
+	ErrNotFound = errors.New("no such session")
+	ErrEnded    = errors.New("session ended")
+	ErrBusy     = errors.New("session busy with another call")
+	ErrNoRoom   = errors.New("no room for a session")
+)
+
+// Err is the answer's error, nil for a 2xx.
+func (a *Answer) Err() error {
+	if a.Status >= 200 && a.Status < 300 {
+		return nil
+	}
+	e := &Error{Status: a.Status, Msg: a.Error, Field: a.Field, State: a.State, End: a.End}
+	if a.Status == http.StatusTooManyRequests {
+		e.RetryAfter = time.Second
+	}
+	return e
+}
+
+// encodeCall encodes c, refusing one above MaxCallBytes.
+func encodeCall(c Call) ([]byte, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxCallBytes {
+		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf("the call is %d bytes encoded, at most %d", len(b), MaxCallBytes)}
+	}
+	return b, nil
+}

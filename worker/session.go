@@ -1,0 +1,263 @@
+//go:build linux
+
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"syscall"
+	"time"
+
+	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/isolation/sandbox"
+	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/session"
+	"github.com/airlock-run/airlock/tasks"
+	"github.com/airlock-run/airlock/tmpfs"
+)
+
+// A session is a run whose steps arrive call by call (package session):
+// the worker that takes its task holds it (session.Conn.Hold, once: never
+// replayed), sets up its workspace as for any run, runs the spec's steps,
+// answers the open, then serves calls from the session's list until a
+// close (the output then goes through the contract, the policy and the
+// approval as any run's), a cancel (Session.Delete), or its idle timeout or
+// deadline (expired). Every step is bounded as a spec's step is; the
+// record lists them all in order.
+
+// sessionStateTTL is how long an ended session's state stays for callers
+// to learn how it ended.
+const sessionStateTTL = 24 * time.Hour
+
+// heldSession is a session this worker holds.
+type heldSession struct {
+	answered bool // the open was answered
+}
+
+// holdSession takes the session of j's run for this worker, within
+// -max-sessions. nil: the run ends here, its record says why.
+func (w *Worker) holdSession(ctx context.Context, j *job) *heldSession {
+	rec, spec := j.rec, j.spec
+	rec.Session = &record.Session{IdleTimeout: spec.Session.IdleTimeout}
+	if n := w.sessionsHeld.Add(1); w.cfg.MaxSessions > 0 && n > int64(w.cfg.MaxSessions) {
+		w.sessionsHeld.Add(-1)
+		msg := fmt.Sprintf("this worker holds its -max-sessions %d sessions; try again later", w.cfg.MaxSessions)
+		rec.State, rec.Verdict, rec.Error, rec.Session.Ended = record.StateFailed, record.VerdictSessionLimit, msg, "session_limit"
+		_ = w.sessions.Answer(ctx, rec.TaskID, "open", &session.Answer{Status: http.StatusTooManyRequests, Error: msg, State: session.StateEnded, End: record.StateFailed})
+		_ = w.sessions.End(ctx, rec.TaskID, record.StateFailed, sessionStateTTL)
+		return nil
+	}
+	deadline := time.Now().Add(time.Duration(spec.Timeout))
+	if err := w.sessions.Hold(ctx, rec.TaskID, spec.Queue, w.name, deadline); err != nil {
+		w.sessionsHeld.Add(-1)
+		rec.State, rec.Verdict, rec.Error, rec.Session.Ended = record.StateFailed, record.VerdictError, err.Error(), "worker"
+		_ = w.sessions.End(ctx, rec.TaskID, record.StateFailed, sessionStateTTL)
+		return nil
+	}
+	return &heldSession{}
+}
+
+// endSession marks the held session ended with its run's state (failed
+// when the run was handed back: a session is never replayed), answers an
+// open it never answered, and gives its place back.
+func (w *Worker) endSession(ctx context.Context, rec *record.Run, h *heldSession) {
+	w.sessionsHeld.Add(-1)
+	ctx = context.WithoutCancel(ctx)
+	end := rec.State
+	if !record.Final(end) && end != record.StateParked && end != record.StateAccepted {
+		end = record.StateFailed
+	}
+	if !h.answered {
+		msg := rec.Error
+		if msg == "" {
+			msg = "the session ended before it opened"
+		}
+		_ = w.sessions.Answer(ctx, rec.TaskID, "open", &session.Answer{Status: http.StatusGone, Error: msg, State: session.StateEnded, End: end})
+	}
+	if err := w.sessions.End(ctx, rec.TaskID, end, sessionStateTTL); err != nil {
+		w.log.Error().Err(err).Str("task_id", rec.TaskID).Msg("mark the session ended")
+	}
+}
+
+// serveSession runs the spec's steps, answers the open, then serves the
+// session's calls. closed: the caller closed it, and the output goes on
+// to its contract; otherwise r says how it ended.
+func (w *Worker) serveSession(ctx context.Context, j *job, box *sandbox.Slot, ws *tmpfs.Workspace, deadline time.Time) (r stepsResult, closed bool, err error) {
+	spec, rec, id := j.spec, j.rec, j.rec.TaskID
+	r = stepsResult{records: []record.Step{}, state: record.StateCompleted, verdict: record.VerdictOK}
+	keep := sandbox.NewKeepBudget(int64(spec.MaxRecordBytes))
+	defer func() {
+		if keep.Left() <= 0 {
+			rec.KeptOutput.Reached = true
+		}
+	}()
+	idle := time.Duration(spec.Session.IdleTimeout)
+	// The beat tells callers the holder is alive, during steps too.
+	beatCtx, stopBeat := context.WithCancel(ctx)
+	defer stopBeat()
+	go func() {
+		t := time.NewTicker(session.BeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-beatCtx.Done():
+				return
+			case <-t.C:
+				_ = w.sessions.Beat(beatCtx, id)
+			}
+		}
+	}()
+	for i, st := range spec.Steps {
+		sr, res, err := w.runStep(ctx, j, box, ws, st, min(spec.StepTimeout(i), time.Until(deadline)), keep)
+		r.records = append(r.records, sr)
+		if err != nil || res.Canceled {
+			return r, false, stepErr(err)
+		}
+		w.stepEvent(ctx, rec, &sr)
+	}
+	answer := func(callID string, a *session.Answer) {
+		a.ExpiresAt, a.IdleUntil = deadline, time.Now().Add(idle)
+		if a.State == "" {
+			a.State = session.StateOpen
+		}
+		if err := w.sessions.Answer(ctx, id, callID, a); err != nil {
+			w.log.Error().Err(err).Str("task_id", id).Str("call", callID).Msg("answer a session call")
+		}
+	}
+	answer("open", &session.Answer{Status: http.StatusCreated, Steps: r.records})
+	j.session.answered = true
+	for {
+		call, err := w.sessions.Next(ctx, id, min(idle, time.Until(deadline)))
+		if err != nil {
+			if ctx.Err() != nil {
+				rec.Session.Ended = "canceled"
+				return r, false, errHandedBack // canceled (a delete), or the worker stops
+			}
+			return r, false, fmt.Errorf("session calls: %w", err)
+		}
+		if call == nil {
+			r.state, r.verdict = record.StateExpired, record.VerdictTimeout
+			rec.Session.Ended, r.err = "idle_timeout", fmt.Sprintf("no call for idle_timeout %s", spec.Session.IdleTimeout)
+			if time.Until(deadline) <= 0 {
+				rec.Session.Ended, r.err = "timeout", fmt.Sprintf("the session's timeout %s passed", spec.Timeout)
+			}
+			return r, false, nil
+		}
+		rec.Session.Calls++
+		switch call.Op {
+		case session.OpStep:
+			a, res, err := w.sessionStep(ctx, j, box, ws, call, len(r.records), deadline, keep)
+			if a.Step != nil {
+				r.records = append(r.records, *a.Step)
+			}
+			answer(call.ID, a)
+			if a.Step != nil {
+				w.stepEvent(ctx, rec, a.Step)
+			}
+			if err != nil || res.Canceled {
+				return r, false, stepErr(err)
+			}
+		case session.OpWrite:
+			answer(call.ID, writeFile(ws, call))
+		case session.OpRead:
+			answer(call.ID, readFile(ws, call))
+		case session.OpClose:
+			rec.Session.Ended = "close"
+			answer(call.ID, &session.Answer{Status: http.StatusOK, State: "closing"})
+			return r, true, nil
+		default:
+			answer(call.ID, &session.Answer{Status: http.StatusBadRequest, Field: "op", Error: fmt.Sprintf("%q is not a call (step, write, read, close)", call.Op)})
+		}
+	}
+}
+
+// stepEvent appends a session step's "step" event (state active, the
+// step's verdict) for the run's followers (Wait, the API's SSE route).
+func (w *Worker) stepEvent(ctx context.Context, rec *record.Run, sr *record.Step) {
+	e := events.Event{RunID: rec.RunID, TaskID: rec.TaskID, State: "active", Verdict: sr.Verdict, Step: sr.Name, Principal: rec.Principal}
+	if err := w.completer.events.Append(ctx, e); err != nil {
+		w.completer.eventFailed(rec, err)
+	}
+}
+
+// stepErr is the error of a step that did not end by itself: the
+// worker's failure, or errHandedBack when its run was canceled.
+func stepErr(err error) error {
+	if err == nil {
+		return errHandedBack
+	}
+	return err
+}
+
+// sessionStep checks and runs one step call, the session's n+1th step.
+func (w *Worker) sessionStep(ctx context.Context, j *job, box *sandbox.Slot, ws *tmpfs.Workspace, call *session.Call, n int, deadline time.Time, keep *sandbox.KeepBudget) (*session.Answer, sandbox.Result, error) {
+	if call.Step == nil {
+		return &session.Answer{Status: http.StatusBadRequest, Field: "step", Error: "a step call holds a step"}, sandbox.Result{}, nil
+	}
+	if n >= tasks.MaxSessionSteps {
+		return &session.Answer{Status: http.StatusConflict, Field: "step", Error: fmt.Sprintf("the session ran %d steps, the most one session runs: close it", n)}, sandbox.Result{}, nil
+	}
+	st := *call.Step
+	if err := j.spec.CheckStep(&st, n+1); err != nil {
+		var fe *tasks.FieldError
+		a := &session.Answer{Status: http.StatusBadRequest, Error: err.Error()}
+		if errors.As(err, &fe) {
+			a.Field, a.Error = fe.Field, fe.Msg
+		}
+		return a, sandbox.Result{}, nil
+	}
+	timeout := time.Until(deadline)
+	if st.Timeout > 0 {
+		timeout = min(timeout, time.Duration(st.Timeout))
+	}
+	sr, res, err := w.runStep(ctx, j, box, ws, st, timeout, keep)
+	if sr.Verdict == record.VerdictTimeout && time.Until(deadline) <= 0 {
+		sr.Error = fmt.Sprintf("the session's timeout %s passed in this step", j.spec.Timeout)
+	}
+	a := &session.Answer{Status: http.StatusOK, Step: &sr}
+	if err != nil {
+		a.Status, a.Error = http.StatusInternalServerError, err.Error()
+	}
+	return a, res, err
+}
+
+// writeFile writes one file of a write call into the workspace, within its
+// quota, never through a link, replacing what was there.
+func writeFile(ws *tmpfs.Workspace, call *session.Call) *session.Answer {
+	if err := tasks.CheckPath("path", call.Path); err != nil {
+		return &session.Answer{Status: http.StatusBadRequest, Field: "path", Error: err.Error()}
+	}
+	if len(call.Data) > session.MaxFileBytes {
+		return &session.Answer{Status: http.StatusRequestEntityTooLarge, Field: "data", Error: fmt.Sprintf("%d bytes, at most %d per call", len(call.Data), session.MaxFileBytes)}
+	}
+	// Replaced, not opened: a step may have left a link or a FIFO there.
+	n, err := ws.ReplaceFile(call.Path, call.Data)
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		return &session.Answer{Status: http.StatusRequestEntityTooLarge, Field: "data", Error: "the workspace is full (limits.workspace)"}
+	case err != nil:
+		return &session.Answer{Status: http.StatusBadRequest, Field: "path", Error: err.Error()}
+	}
+	return &session.Answer{Status: http.StatusOK, Size: n}
+}
+
+// readFile reads one regular file of the workspace that a step wrote,
+// bounded, never through a link.
+func readFile(ws *tmpfs.Workspace, call *session.Call) *session.Answer {
+	if err := tasks.CheckPath("path", call.Path); err != nil {
+		return &session.Answer{Status: http.StatusBadRequest, Field: "path", Error: err.Error()}
+	}
+	data, err := ws.ReadFile(call.Path, session.MaxFileBytes)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return &session.Answer{Status: http.StatusNotFound, Field: "path", Error: fmt.Sprintf("no file %s in the workspace", call.Path)}
+	case errors.Is(err, tmpfs.ErrTooLarge):
+		return &session.Answer{Status: http.StatusRequestEntityTooLarge, Field: "path", Error: fmt.Sprintf("%s is larger than %d bytes, the most one call reads", call.Path, session.MaxFileBytes)}
+	case err != nil:
+		return &session.Answer{Status: http.StatusBadRequest, Field: "path", Error: err.Error()}
+	}
+	return &session.Answer{Status: http.StatusOK, Data: data, Size: int64(len(data))}
+}
