@@ -73,11 +73,13 @@ func micros(s string) time.Time {
 	return time.UnixMicro(n).UTC()
 }
 
-// pushIfOpen pushes a call only while the session is open, answering
-// the state otherwise ("" when there is no session).
+// pushIfOpen pushes a call only while the session is open and holds
+// fewer than MaxQueuedCalls waiting, answering the state otherwise (""
+// when there is no session, "busy" when the calls are full).
 var pushIfOpen = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'state')
 if st ~= 'open' then return st or '' end
+if redis.call('LLEN', KEYS[2]) >= tonumber(ARGV[3]) then return 'busy' end
 redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 'pushed'`)
@@ -92,7 +94,7 @@ func (c *Conn) Call(ctx context.Context, id string, call Call, wait time.Duratio
 		return nil, err
 	}
 	keys := []string{c.stateKey(id), c.callsKey(id)}
-	st, err := pushIfOpen.Run(ctx, c.rdb, keys, b, (wait + AnswerTTL).Milliseconds()).Text()
+	st, err := pushIfOpen.Run(ctx, c.rdb, keys, b, (wait + AnswerTTL).Milliseconds(), MaxQueuedCalls).Text()
 	if err != nil {
 		return nil, fmt.Errorf("session %s: send the call: %w", id, err)
 	}
@@ -109,6 +111,9 @@ func (c *Conn) notOpen(ctx context.Context, id, st string) error {
 		return &Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("no session %s", id)}
 	case StateOpening:
 		return &Error{Status: http.StatusConflict, State: st, Msg: "the session is not open yet: no worker holds it"}
+	case "busy":
+		return &Error{Status: http.StatusConflict, State: StateOpen,
+			Msg: fmt.Sprintf("the session has %d calls waiting already: its calls are served one at a time, send the next when one answers", MaxQueuedCalls)}
 	}
 	in, err := c.Get(ctx, id)
 	if err != nil {
@@ -176,9 +181,11 @@ func (c *Conn) AwaitOpen(ctx context.Context, id string, wait time.Duration) (*A
 
 // hold takes an opening session for worker, once.
 var hold = redis.NewScript(`
+local q = redis.call('HGET', KEYS[1], 'queue')
+if not q then return {'', ''} end
+if q ~= ARGV[1] then return {'queue', q} end
 local st = redis.call('HGET', KEYS[1], 'state')
 if st ~= 'opening' then return {st or '', redis.call('HGET', KEYS[1], 'worker') or ''} end
-if redis.call('HGET', KEYS[1], 'queue') ~= ARGV[1] then return {'queue', redis.call('HGET', KEYS[1], 'queue') or ''} end
 redis.call('HSET', KEYS[1], 'state', 'open', 'worker', ARGV[2], 'expires_at', ARGV[3], 'seen_at', ARGV[4])
 redis.call('DEL', KEYS[2])
 return {'held', ARGV[2]}`)

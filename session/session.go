@@ -52,6 +52,9 @@ const (
 	MaxCallBytes = MaxFileBytes*4/3 + 64<<10
 	// AnswerTTL is how long an answer nobody took stays in Redis.
 	AnswerTTL = time.Minute
+	// MaxQueuedCalls bounds the calls waiting for the worker (while a step
+	// runs): one more is refused, 409 (ErrBusy).
+	MaxQueuedCalls = 4
 )
 
 // Call is one call of a session, as the worker receives it.
@@ -76,6 +79,8 @@ type Answer struct {
 	Steps []record.Step `json:"steps,omitempty"`
 	Data  []byte        `json:"data,omitempty"`
 	Size  int64         `json:"size,omitempty"`
+	// Redacted: the file read held a secret's value, replaced in Data.
+	Redacted bool `json:"redacted,omitempty"`
 	// State is the session's after the call ("open", or "ended" with End).
 	State string       `json:"state,omitempty"`
 	End   record.State `json:"end,omitempty"`

@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -138,5 +139,37 @@ func TestDeadHolderEndsFailed(t *testing.T) {
 	}
 	if in, _ := c.Get(ctx, "s3"); in.State != session.StateEnded || in.End != record.StateFailed {
 		t.Errorf("state after: %+v", in)
+	}
+}
+
+// Calls waiting for a busy worker are bounded: one past MaxQueuedCalls is
+// refused at once as busy (409), before it reaches the list.
+func TestQueuedCallsBounded(t *testing.T) {
+	c, _ := newConn(t)
+	ctx := context.Background()
+	if err := c.Create(ctx, session.Info{ID: "s4", TaskID: "s4", Queue: "q"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Hold(ctx, "s4", "q", "w", time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, session.MaxQueuedCalls)
+	for i := range session.MaxQueuedCalls {
+		go func() {
+			_, err := c.Call(ctx, "s4", session.Call{ID: fmt.Sprint(i), Op: session.OpStep}, 3*time.Second)
+			errs <- err
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	if _, err := c.Call(ctx, "s4", session.Call{ID: "over", Op: session.OpStep}, time.Second); !errors.Is(err, session.ErrBusy) {
+		t.Errorf("a call past the bound: %v, want ErrBusy", err)
+	}
+	if err := c.End(ctx, "s4", record.StateExpired, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for range session.MaxQueuedCalls {
+		if err := <-errs; !errors.Is(err, session.ErrEnded) {
+			t.Errorf("a waiting call at the end: %v", err)
+		}
 	}
 }

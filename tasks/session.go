@@ -3,6 +3,8 @@ package tasks
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,6 +66,14 @@ func (s *Spec) CheckStep(st *Step, n int) error {
 			fe.Field = "step" + strings.TrimPrefix(fe.Field, "steps[0]")
 		}
 		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(st.Env)) {
+		for _, name := range SecretRefs(st.Env[k]) {
+			if !slices.Contains(s.Secrets, name) {
+				return &FieldError{Field: fmt.Sprintf("step.env[%q]", k), Msg: fmt.Sprintf("secret %s is not among the session's secrets", name),
+					Hint: "a session's steps use only the secrets its spec declared (and the operator granted to steps' environments)"}
+			}
+		}
 	}
 	*st = one.Steps[0]
 	if st.Name == "step-1" && n > 0 {

@@ -115,19 +115,7 @@ func (w *Workspace) WriteFiles(files map[string]string) (int64, error) {
 // beside it and renamed over it, so that nothing there (a file, a link, a
 // FIFO) is opened. A directory at rel is not replaced.
 func (w *Workspace) ReplaceFile(rel string, data []byte) (int64, error) {
-	if err := checkRel(rel); err != nil || rel == "." {
-		return 0, fmt.Errorf("write %s: %w", rel, errors.Join(err, fmt.Errorf("%w %q", ErrBadPath, rel)))
-	}
-	fd, err := w.open()
-	if err != nil {
-		return 0, fmt.Errorf("write %s: %w", rel, err)
-	}
-	defer unix.Close(fd)
-	n, err := w.writeFile(fd, rel, bytes.NewReader(data), -1, true)
-	if err != nil {
-		return n, fmt.Errorf("write %s: %w", rel, err)
-	}
-	return n, nil
+	return w.writeOne(rel, bytes.NewReader(data), -1, true)
 }
 
 // ErrStreamTooLarge is returned by WriteStream for a reader that holds more
@@ -141,6 +129,12 @@ var ErrStreamTooLarge = errors.New("more bytes than allowed")
 // it, ENOSPC past the quota. It returns the bytes written; on error the
 // file is removed.
 func (w *Workspace) WriteStream(rel string, r io.Reader, max int64) (int64, error) {
+	return w.writeOne(rel, r, max, false)
+}
+
+// writeOne is WriteStream (replace false: a new file, removed on error)
+// and ReplaceFile (replace true).
+func (w *Workspace) writeOne(rel string, r io.Reader, max int64, replace bool) (int64, error) {
 	if err := checkRel(rel); err != nil || rel == "." {
 		return 0, fmt.Errorf("write %s: %w", rel, errors.Join(err, fmt.Errorf("%w %q", ErrBadPath, rel)))
 	}
@@ -149,9 +143,11 @@ func (w *Workspace) WriteStream(rel string, r io.Reader, max int64) (int64, erro
 		return 0, fmt.Errorf("write %s: %w", rel, err)
 	}
 	defer unix.Close(fd)
-	n, err := w.writeFile(fd, rel, r, max, false)
+	n, err := w.writeFile(fd, rel, r, max, replace)
 	if err != nil {
-		_ = unix.Unlinkat(fd, rel, 0) // openat2-checked above; best effort
+		if !replace {
+			_ = unix.Unlinkat(fd, rel, 0) // openat2-checked above; best effort
+		}
 		return n, fmt.Errorf("write %s: %w", rel, err)
 	}
 	return n, nil

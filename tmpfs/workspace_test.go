@@ -511,3 +511,62 @@ func TestList(t *testing.T) {
 		}
 	})
 }
+
+// ReplaceFile replaces what a step left at a path (a link, a FIFO, a file)
+// without opening it; a link among the directories is refused, and a
+// directory at the path is not replaced.
+func TestReplaceFile(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mount bool) {
+		f := newFixture(t, mount)
+		ws := f.create(t, "t1", 1<<20)
+		victim := filepath.Join(t.TempDir(), "victim.txt")
+		if err := os.WriteFile(victim, []byte("original"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		in := filepath.Join(ws.Path(), "in")
+		if err := os.MkdirAll(filepath.Join(in, "sub"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(victim, filepath.Join(in, "link")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Dir(victim), filepath.Join(in, "dirlink")); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mkfifo(filepath.Join(in, "fifo"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, rel := range []string{"in/link", "in/fifo", "in/fifo", "in/new/file"} {
+			done := make(chan error, 1)
+			go func() { _, err := ws.ReplaceFile(rel, []byte("mine")); done <- err }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("ReplaceFile(%s): %v", rel, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("ReplaceFile(%s) blocked", rel)
+			}
+			fi, err := os.Lstat(filepath.Join(ws.Path(), rel))
+			if err != nil || !fi.Mode().IsRegular() {
+				t.Errorf("%s after ReplaceFile: %v, %v", rel, fi, err)
+			}
+		}
+		if b, _ := os.ReadFile(victim); string(b) != "original" {
+			t.Errorf("the link's target was written: %q", b)
+		}
+		if _, err := ws.ReplaceFile("in/dirlink/x", []byte("evil")); !errors.Is(err, tmpfs.ErrSymlink) {
+			t.Errorf("through a directory link: %v, want ErrSymlink", err)
+		}
+		if _, err := ws.ReplaceFile("in/sub", []byte("x")); err == nil {
+			t.Error("a directory was replaced by a file")
+		}
+		if entries, _ := os.ReadDir(in); len(entries) != 5 { // sub, link, dirlink, fifo, new: no temp file left
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			t.Errorf("in/ holds %v", names)
+		}
+	})
+}

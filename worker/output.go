@@ -64,7 +64,7 @@ func (w *Worker) output(ctx context.Context, j *job, ws *tmpfs.Workspace, deadli
 		return outcome{}
 	}
 	rec.Artifacts, rec.Refused = c.artifacts.Artifacts, c.artifacts.Refused
-	d := w.decide(spec, rec, c)
+	d := w.decide(j, c)
 	rec.Decision = &d
 	return w.settle(ctx, spec, rec, c, d, j.aid)
 }
@@ -205,12 +205,16 @@ func joinGroup(g *cgroup.Group, pid int) error {
 }
 
 // decide asks the risk policy.
-func (w *Worker) decide(spec *tasks.Spec, rec *record.Run, c checked) record.Decision {
+func (w *Worker) decide(j *job, c checked) record.Decision {
+	spec, rec := j.spec, j.rec
 	stderr := false
 	for _, st := range rec.Steps {
 		stderr = stderr || st.StderrBytes > 0
 	}
 	inEnv := spec.EnvSecrets()
+	if h := j.session; h != nil && len(h.envSecrets) > 0 {
+		inEnv = slices.Compact(slices.Sorted(slices.Values(append(inEnv, h.envSecrets...))))
+	}
 	d := w.cfg.RiskPolicy.Evaluate(policy.Input{
 		SecretInEnv: len(inEnv) > 0, SecretsInEnv: inEnv,
 		Queue: spec.Queue, Principal: spec.Principal, Action: spec.Action, ArtifactBytes: c.artifacts.Bytes(), Result: c.result,

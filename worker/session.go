@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/http"
+	"slices"
 	"syscall"
 	"time"
 
@@ -35,6 +37,9 @@ const sessionStateTTL = 24 * time.Hour
 // heldSession is a session this worker holds.
 type heldSession struct {
 	answered bool // the open was answered
+	// envSecrets are the secrets its step calls saw in their environment
+	// (the spec's own steps' are the spec's EnvSecrets), for the policy.
+	envSecrets []string
 }
 
 // holdSession takes the session of j's run for this worker, within
@@ -52,9 +57,11 @@ func (w *Worker) holdSession(ctx context.Context, j *job) *heldSession {
 	}
 	deadline := time.Now().Add(time.Duration(spec.Timeout))
 	if err := w.sessions.Hold(ctx, rec.TaskID, spec.Queue, w.name, deadline); err != nil {
+		// Not this task's to end: a session another worker holds (or
+		// held: its callers end it when its beat stops), one of another
+		// queue, or one that ended.
 		w.sessionsHeld.Add(-1)
 		rec.State, rec.Verdict, rec.Error, rec.Session.Ended = record.StateFailed, record.VerdictError, err.Error(), "worker"
-		_ = w.sessions.End(ctx, rec.TaskID, record.StateFailed, sessionStateTTL)
 		return nil
 	}
 	return &heldSession{}
@@ -163,7 +170,12 @@ func (w *Worker) serveSession(ctx context.Context, j *job, box *sandbox.Slot, ws
 		case session.OpWrite:
 			answer(call.ID, writeFile(ws, call))
 		case session.OpRead:
-			answer(call.ID, readFile(ws, call))
+			a := readFile(ws, call)
+			// What goes back holds no secret's value, as the record does not.
+			if red, found := j.secrets.RedactBytes(a.Data); len(found) > 0 {
+				a.Data, a.Size, a.Redacted = red, int64(len(red)), true
+			}
+			answer(call.ID, a)
 		case session.OpClose:
 			rec.Session.Ended = "close"
 			answer(call.ID, &session.Answer{Status: http.StatusOK, State: "closing"})
@@ -208,6 +220,19 @@ func (w *Worker) sessionStep(ctx context.Context, j *job, box *sandbox.Slot, ws 
 			a.Field, a.Error = fe.Field, fe.Msg
 		}
 		return a, sandbox.Result{}, nil
+	}
+	// A secret in a step's environment: granted to steps' environments,
+	// as for a spec's steps (checkGrants), and a fact for the policy.
+	for _, k := range slices.Sorted(maps.Keys(st.Env)) {
+		for _, name := range tasks.SecretRefs(st.Env[k]) {
+			if g, ok := w.grantFor(j.spec, name); !ok || !g.Env {
+				return &session.Answer{Status: http.StatusBadRequest, Field: fmt.Sprintf("step.env[%q]", k),
+					Error: fmt.Sprintf("secret %s: not granted to steps' environments (its grant lacks env: true)", name)}, sandbox.Result{}, nil
+			}
+			if !slices.Contains(j.session.envSecrets, name) {
+				j.session.envSecrets = append(j.session.envSecrets, name)
+			}
+		}
 	}
 	timeout := time.Until(deadline)
 	if st.Timeout > 0 {

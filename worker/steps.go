@@ -191,6 +191,7 @@ func (w *Worker) runStep(ctx context.Context, j *job, box *sandbox.Slot, ws *tmp
 	}
 	_, full, _ := ws.Usage()
 	sr := stepRecord(st, res, full, cpu)
+	sr.Argv = clipArgv(sr.Argv) // now: a session keeps its steps' entries until its close
 	w.log.Info().Str("task_id", rec.TaskID).Str("run_id", spec.RunID).Str("step", st.Name).
 		Str("verdict", string(sr.Verdict)).Interface("exit_code", sr.ExitCode).Str("signal", sr.Signal).
 		Float64("duration_ms", sr.DurationMS).Float64("cpu_ms", sr.CPUMS).Int64("max_rss_kb", sr.MaxRSSKB).

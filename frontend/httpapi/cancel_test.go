@@ -61,12 +61,14 @@ func TestCancelPending(t *testing.T) {
 	if err != nil || ev.State != record.StateCanceled || ev.Verdict != record.VerdictCanceled || ev.Principal != "writer" {
 		t.Errorf("event %+v, %v; want the run's canceled event", ev, err)
 	}
-	// Idempotent: the same record again, by the bound token too.
-	r = e.do(request{method: "DELETE", path: path, token: tokBound})
+	// Idempotent: the same record again. Another token, even with the
+	// scope and the queue, cancels only its own runs: this one is 404.
+	r = e.do(request{method: "DELETE", path: path, token: tokWriter})
 	var again record.Run
 	if r.json(t, &again); r.status != http.StatusOK || again.Error != rec.Error {
 		t.Errorf("second DELETE: %d %+v", r.status, again)
 	}
+	e.do(request{method: "DELETE", path: path, token: tokBound}).problem(t, http.StatusNotFound)
 	e.do(request{method: "DELETE", path: "/v1/runs/no-such-task", token: tokWriter}).problem(t, http.StatusNotFound)
 	r = e.do(request{method: "PUT", path: path, token: tokWriter, invalid: true})
 	if r.problem(t, http.StatusMethodNotAllowed); r.header.Get("Allow") != "GET, HEAD, DELETE" {

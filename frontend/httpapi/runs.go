@@ -95,17 +95,21 @@ func (h *Handler) specRejected(w http.ResponseWriter, r *http.Request, fe *tasks
 
 // enqueue serves POST /v1/runs.
 func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request) {
+	if spec, ok := h.readSpec(w, r); ok {
+		h.enqueueSpec(w, r, spec)
+	}
+}
+
+// readSpec reads the request's body, a spec at most the payload cap, and
+// decodes it strictly; it answers the errors itself and returns false then.
+func (h *Handler) readSpec(w http.ResponseWriter, r *http.Request) (*tasks.Spec, bool) {
 	data, ok := h.readBody(w, r, int64(h.maxPayload), "spec", func(max int64) string {
 		return fmt.Sprintf("spec rejected: spec: the body is more than %d bytes, the payload cap (inline files and stdin are for small inputs; larger data comes by inputs)", max)
 	})
 	if !ok {
-		return
+		return nil, false
 	}
-	spec, ok := h.decodeSpec(w, r, data)
-	if !ok {
-		return
-	}
-	h.enqueueSpec(w, r, spec)
+	return h.decodeSpec(w, r, data)
 }
 
 // decodeSpec decodes a spec strictly, or answers 400 naming the field and

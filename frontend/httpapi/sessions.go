@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -34,13 +36,7 @@ type SessionOpened struct {
 
 // openSession serves POST /v1/sessions.
 func (h *Handler) openSession(w http.ResponseWriter, r *http.Request) {
-	data, ok := h.readBody(w, r, int64(h.maxPayload), "spec", func(max int64) string {
-		return fmt.Sprintf("spec rejected: spec: the body is more than %d bytes, the payload cap", max)
-	})
-	if !ok {
-		return
-	}
-	spec, ok := h.decodeSpec(w, r, data)
+	spec, ok := h.readSpec(w, r)
 	if !ok || !h.admit(w, r, spec) {
 		return
 	}
@@ -139,24 +135,25 @@ func (h *Handler) sessionStep(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rec)
 }
 
-// sessionFilePath is the {path...} of a files route, checked.
-func (h *Handler) sessionFilePath(w http.ResponseWriter, r *http.Request) (string, bool) {
+// sessionFile is the session and the checked {path...} of a files route;
+// it answers the errors itself.
+func (h *Handler) sessionFile(w http.ResponseWriter, r *http.Request) (*airlock.Session, string, bool) {
+	s, _, ok := h.session(w, r)
+	if !ok {
+		return nil, "", false
+	}
 	p := r.PathValue("path")
 	if err := tasks.CheckPath("path", p); err != nil {
 		h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: "path", Detail: err.Error()})
-		return "", false
+		return nil, "", false
 	}
-	return p, true
+	return s, p, true
 }
 
 // putSessionFile serves PUT /v1/sessions/{id}/files/{path...}: the raw
 // body, at most session.MaxFileBytes, becomes the file.
 func (h *Handler) putSessionFile(w http.ResponseWriter, r *http.Request) {
-	s, _, ok := h.session(w, r)
-	if !ok {
-		return
-	}
-	p, ok := h.sessionFilePath(w, r)
+	s, p, ok := h.sessionFile(w, r)
 	if !ok {
 		return
 	}
@@ -181,11 +178,7 @@ func (h *Handler) putSessionFile(w http.ResponseWriter, r *http.Request) {
 // getSessionFile serves GET /v1/sessions/{id}/files/{path...}: the file's
 // raw bytes.
 func (h *Handler) getSessionFile(w http.ResponseWriter, r *http.Request) {
-	s, _, ok := h.session(w, r)
-	if !ok {
-		return
-	}
-	p, ok := h.sessionFilePath(w, r)
+	s, p, ok := h.sessionFile(w, r)
 	if !ok {
 		return
 	}
@@ -204,26 +197,22 @@ func (h *Handler) getSessionFile(w http.ResponseWriter, r *http.Request) {
 // closeSession serves POST /v1/sessions/{id}/close: the run record once
 // parked or finished.
 func (h *Handler) closeSession(w http.ResponseWriter, r *http.Request) {
-	s, _, ok := h.session(w, r)
-	if !ok {
-		return
-	}
-	rec, err := s.Close(r.Context())
-	if err != nil {
-		h.sessionError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, rec)
+	h.endSession(w, r, (*airlock.Session).Close)
 }
 
 // deleteSession serves DELETE /v1/sessions/{id}: ended at once, the run
 // record (canceled, or how it had ended).
 func (h *Handler) deleteSession(w http.ResponseWriter, r *http.Request) {
+	h.endSession(w, r, (*airlock.Session).Delete)
+}
+
+// endSession ends the request's session with end and answers its record.
+func (h *Handler) endSession(w http.ResponseWriter, r *http.Request, end func(*airlock.Session, context.Context) (*record.Run, error)) {
 	s, _, ok := h.session(w, r)
 	if !ok {
 		return
 	}
-	rec, err := s.Delete(r.Context())
+	rec, err := end(s, r.Context())
 	if err != nil {
 		h.sessionError(w, r, err)
 		return
