@@ -187,11 +187,13 @@ func queuedCalls(t *testing.T, s *airlock.Session, prefix string) {
 	t.Helper()
 	ctx := context.Background()
 	ran := make(chan error, 1)
-	go func() { _, err := s.Run(ctx, sh("busy", "sleep 6")); ran <- err }()
+	go func() { _, err := s.Run(ctx, sh("busy", "sleep 12")); ran <- err }()
 	time.Sleep(500 * time.Millisecond)
 	rdb := redistest.Client(t)
 	conn := session.NewConn(rdb, prefix)
-	data := bytes.Repeat([]byte("q"), session.MaxFileBytes)
+	// Half a MiB a call: enough to weigh, light enough to encode twelve
+	// at once under -race on a loaded machine.
+	data := bytes.Repeat([]byte("q"), 512<<10)
 	answered := make(chan error, 12)
 	for i := range 12 {
 		go func() {
@@ -209,7 +211,7 @@ func queuedCalls(t *testing.T, s *airlock.Session, prefix string) {
 				t.Fatalf("a call past the bound: %v, want ErrBusy", err)
 			}
 			busy++
-		case <-time.After(4 * time.Second):
+		case <-time.After(10 * time.Second):
 			t.Fatalf("%d calls refused as busy, want %d", busy, 12-session.MaxQueuedCalls)
 		}
 	}
@@ -217,7 +219,7 @@ func queuedCalls(t *testing.T, s *airlock.Session, prefix string) {
 	mem, _ := rdb.MemoryUsage(ctx, key).Result()
 	t.Logf("calls queued behind a step: %d, %d MB in Redis", n, mem>>20)
 	// Redis's allocator rounds each element up: a quarter more at most.
-	if n > session.MaxQueuedCalls || mem > int64(session.MaxQueuedCalls*session.MaxCallBytes)*5/4 {
+	if n > session.MaxQueuedCalls || mem > int64(session.MaxQueuedCalls*len(data))*4/3*5/4+64<<10 {
 		t.Errorf("HOLE: %d calls, %d MB, queued on one session's list in Redis (bound: %d calls)", n, mem>>20, session.MaxQueuedCalls)
 	}
 	if err := <-ran; err != nil {
