@@ -205,17 +205,33 @@ type Step struct {
 	// MemoryPeakBytes is the peak of the step's cgroup (its processes'
 	// memory, tmpfs, shm and memfd pages, page cache); absent without a
 	// cgroup. OOMKills counts the processes the kernel killed at the limit.
-	MemoryPeakBytes int64  `json:"memory_peak_bytes,omitempty"`
-	OOMKills        int64  `json:"oom_kills,omitempty"`
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	StdoutEncoding  string `json:"stdout_encoding,omitempty"` // "base64" when not UTF-8
-	StderrEncoding  string `json:"stderr_encoding,omitempty"`
-	StdoutBytes     int64  `json:"stdout_bytes"` // bytes the step wrote, kept or not
-	StderrBytes     int64  `json:"stderr_bytes"`
-	StdoutTruncated bool   `json:"stdout_truncated"`
-	StderrTruncated bool   `json:"stderr_truncated"`
+	MemoryPeakBytes int64 `json:"memory_peak_bytes,omitempty"`
+	OOMKills        int64 `json:"oom_kills,omitempty"`
+	// LimitsHit names the limits the kernel reported reached during the
+	// step (LimitProcesses, LimitMemory, LimitCPUTime, LimitFileSize,
+	// LimitOutput), whatever ended it; PidsRefused counts the forks the
+	// processes limit refused. Limits the kernel does not report
+	// (open_files) are never listed.
+	LimitsHit       []string `json:"limits_hit,omitempty"`
+	PidsRefused     int64    `json:"pids_refused,omitempty"`
+	Stdout          string   `json:"stdout"`
+	Stderr          string   `json:"stderr"`
+	StdoutEncoding  string   `json:"stdout_encoding,omitempty"` // "base64" when not UTF-8
+	StderrEncoding  string   `json:"stderr_encoding,omitempty"`
+	StdoutBytes     int64    `json:"stdout_bytes"` // bytes the step wrote, kept or not
+	StderrBytes     int64    `json:"stderr_bytes"`
+	StdoutTruncated bool     `json:"stdout_truncated"`
+	StderrTruncated bool     `json:"stderr_truncated"`
 }
+
+// Names of limits in Step.LimitsHit: those of limits.Set.
+const (
+	LimitProcesses = "processes"
+	LimitMemory    = "memory"
+	LimitCPUTime   = "cpu_time"
+	LimitFileSize  = "file_size"
+	LimitOutput    = "output_total"
+)
 
 // KeptOutput is what a run record keeps of its steps' stdout and stderr,
 // all steps and both streams together, against the run's bound.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/airlock-run/airlock/internal/network/egress"
 	"github.com/airlock-run/airlock/internal/network/fetch"
 	"github.com/airlock-run/airlock/internal/secrets"
+	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/airlock-run/airlock/tmpfs"
@@ -192,6 +194,9 @@ func (w *Worker) runStep(ctx context.Context, j *job, box *sandbox.Slot, ws *tmp
 	_, full, _ := ws.Usage()
 	sr := stepRecord(st, res, full, cpu)
 	sr.Argv = clipArgv(sr.Argv) // now: a session keeps its steps' entries until its close
+	if sr.Verdict == record.VerdictTimeout && len(sr.LimitsHit) > 0 && sr.Error == "" {
+		sr.Error = hitBeforeTimeout(sr, spec.Limits)
+	}
 	w.log.Info().Str("task_id", rec.TaskID).Str("run_id", spec.RunID).Str("step", st.Name).
 		Str("verdict", string(sr.Verdict)).Interface("exit_code", sr.ExitCode).Str("signal", sr.Signal).
 		Float64("duration_ms", sr.DurationMS).Float64("cpu_ms", sr.CPUMS).Int64("max_rss_kb", sr.MaxRSSKB).
@@ -231,7 +236,53 @@ func stepRecord(st tasks.Step, r sandbox.Result, workspaceFull bool, cpuLimit ti
 		sr.Signal = unix.SignalName(r.Signal)
 	}
 	sr.Verdict = classify(r, workspaceFull, cpuLimit)
+	sr.LimitsHit = limitsHit(r, sr.Verdict)
+	if r.PidsRefused > 0 {
+		sr.PidsRefused = r.PidsRefused
+	}
 	return sr
+}
+
+// hitBeforeTimeout is the error of a step that timed out after hitting a
+// limit, its likely cause (a program that waits for a thread or a
+// process it could not start, or a page it could not get).
+func hitBeforeTimeout(sr record.Step, l limits.Set) string {
+	var what []string
+	for _, h := range sr.LimitsHit {
+		switch h {
+		case record.LimitProcesses:
+			what = append(what, fmt.Sprintf("processes=%d (%d forks refused)", l.Processes, sr.PidsRefused))
+		case record.LimitMemory:
+			what = append(what, fmt.Sprintf("memory=%s (%d processes killed)", l.Memory, sr.OOMKills))
+		default:
+			what = append(what, h)
+		}
+	}
+	return fmt.Sprintf("hit %s, then timed out: the step likely waited on what the limit refused; raise limits.%s (within the operator's -max-limits)",
+		strings.Join(what, ", "), sr.LimitsHit[0])
+}
+
+// limitsHit names the limits the kernel reported reached during a step:
+// refused forks (the pids group's events), OOM kills, and the verdicts
+// that are a limit's signal. A step that timed out after hitting one says
+// so in its error, which is its likely cause.
+func limitsHit(r sandbox.Result, v record.Verdict) []string {
+	var hit []string
+	if r.PidsRefused > 0 {
+		hit = append(hit, record.LimitProcesses)
+	}
+	if r.OOMKills > 0 || v == record.VerdictMemory {
+		hit = append(hit, record.LimitMemory)
+	}
+	switch v {
+	case record.VerdictCPUTime:
+		hit = append(hit, record.LimitCPUTime)
+	case record.VerdictFileSize:
+		hit = append(hit, record.LimitFileSize)
+	case record.VerdictOutputLimit:
+		hit = append(hit, record.LimitOutput)
+	}
+	return hit
 }
 
 // classify names what ended a step, and never guesses: a cause it cannot

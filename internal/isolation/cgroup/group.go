@@ -26,7 +26,10 @@ type Group struct {
 	peak    *os.File // v1 memory.max_usage_in_bytes, v2 memory.peak; nil when absent
 	oom     *os.File // v1 memory.oom_control, v2 memory.events
 	pidsMax *os.File
-	usage   *os.File // v1 memory.usage_in_bytes, for Stale; nil on v2
+	// pidsEvents is pids.events, whose "max" counts the forks the pids
+	// limit refused; nil where the kernel has none.
+	pidsEvents *os.File
+	usage      *os.File // v1 memory.usage_in_bytes, for Stale; nil on v2
 	// spare is the slot's other memory group (v1), made by the first
 	// Renew: the one the slot left, with what earlier steps left in it.
 	spare *memGroup
@@ -40,7 +43,7 @@ type Group struct {
 
 // Mark is what Group.Mark read before a step.
 type Mark struct {
-	oomKills int64
+	oomKills, pidsRefused int64
 }
 
 // Usage is what a step held, read after it.
@@ -53,6 +56,9 @@ type Usage struct {
 	// OOMKills counts the processes the kernel killed because the group
 	// reached its memory limit.
 	OOMKills int64
+	// PidsRefused counts the forks the group's pids limit refused; -1
+	// when the kernel does not say (no pids.events).
+	PidsRefused int64
 }
 
 // NewGroup creates the group of a slot, named slot-<name>, empty and
@@ -135,6 +141,9 @@ func (g *Group) open() error {
 	}
 	if g.pidsMax, err = rw(pids, "pids.max"); err != nil {
 		return err
+	}
+	if f, err := os.Open(filepath.Join(pids, "pids.events")); err == nil {
+		g.pidsEvents = f
 	}
 	return nil
 }
@@ -228,7 +237,7 @@ func (g *Group) Mark() (Mark, error) {
 	if err != nil {
 		return Mark{}, err
 	}
-	return Mark{oomKills: n}, nil
+	return Mark{oomKills: n, pidsRefused: g.pidsRefused()}, nil
 }
 
 // Usage reads what the group held since m.
@@ -239,6 +248,10 @@ func (g *Group) Usage(m Mark) (Usage, error) {
 		return u, err
 	}
 	u.OOMKills = n - m.oomKills
+	u.PidsRefused = -1
+	if now := g.pidsRefused(); now >= 0 && m.pidsRefused >= 0 {
+		u.PidsRefused = now - m.pidsRefused
+	}
 	if g.peak != nil && g.peakResets {
 		if u.PeakBytes, err = readInt(g.peak); err != nil {
 			return u, fmt.Errorf("cgroup: peak: %w", err)
@@ -263,6 +276,24 @@ func (g *Group) oomKills() (int64, error) {
 	return 0, fmt.Errorf("cgroup: %s has no oom_kill counter (kernel older than 4.13?)", g.oom.Name())
 }
 
+// pidsRefused reads the "max" counter of pids.events: forks refused at
+// the pids limit; -1 when unknown.
+func (g *Group) pidsRefused() int64 {
+	if g.pidsEvents == nil {
+		return -1
+	}
+	var buf [128]byte
+	n, _ := g.pidsEvents.ReadAt(buf[:], 0)
+	for _, line := range bytes.Split(buf[:n], []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("max ")); ok {
+			if c, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64); err == nil {
+				return c
+			}
+		}
+	}
+	return -1
+}
+
 func readInt(f *os.File) (int64, error) {
 	var buf [32]byte
 	n, err := f.ReadAt(buf[:], 0)
@@ -283,7 +314,7 @@ func writeAt(f *os.File, s string) error {
 func (g *Group) Close() error {
 	var err error
 	g.closeOnce.Do(func() {
-		for _, f := range append(g.procs, g.memMax, g.memsw, g.peak, g.oom, g.pidsMax, g.usage) {
+		for _, f := range append(g.procs, g.memMax, g.memsw, g.peak, g.oom, g.pidsMax, g.pidsEvents, g.usage) {
 			if f != nil {
 				f.Close()
 			}

@@ -116,9 +116,12 @@ type Result struct {
 	// kernel killed at the cgroup's memory limit.
 	MemoryPeak int64
 	OOMKills   int64
-	Killed     int // processes left behind and killed when the step ended
-	Stdout     Capture
-	Stderr     Capture
+	// PidsRefused counts the forks the slot's pids limit refused during
+	// the step; -1 when unknown (no cgroup, or no pids.events).
+	PidsRefused int64
+	Killed      int // processes left behind and killed when the step ended
+	Stdout      Capture
+	Stderr      Capture
 }
 
 // Capture is one output stream: the first bytes up to the cap, and how many
@@ -331,9 +334,17 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 		Duration: time.Duration(resp.DurationNS),
 		CPU:      time.Duration(resp.UtimeUS+resp.StimeUS) * time.Microsecond,
 		MaxRSSKB: resp.MaxRSSKB, Killed: resp.Killed,
-		MemoryPeak: usage.PeakBytes, OOMKills: usage.OOMKills,
+		MemoryPeak: usage.PeakBytes, OOMKills: usage.OOMKills, PidsRefused: pidsRefused(cg, usage),
 		Stdout: outC, Stderr: errC,
 	}, nil
+}
+
+// pidsRefused is what usage says of refused forks, -1 without a cgroup.
+func pidsRefused(cg *cgroup.Group, usage cgroup.Usage) int64 {
+	if cg == nil {
+		return -1
+	}
+	return usage.PidsRefused
 }
 
 // await reads the helper's answer; on ctx's end it asks the helper to stop
