@@ -177,8 +177,8 @@ func (c callOut) err(t *testing.T) errAnswer {
 }
 
 // TestMCPTools lists the tools of the real binary over stdio: exactly
-// run_action, get_run, wait_run and get_result, none of which can decide
-// an approval, each with an input schema that is a valid draft-07 JSON
+// its ten (run_action, get_run, wait_run, get_result, cancel_run and the
+// five session tools), none of which can decide an approval, each with an input schema that is a valid draft-07 JSON
 // Schema (checked against the meta-schema) accepting what the tool takes.
 func TestMCPTools(t *testing.T) {
 	b := setup(t)
