@@ -104,6 +104,10 @@ func (c *Client) CancelAs(ctx context.Context, by, queue, taskID string) (*recor
 	return nil, fmt.Errorf("airlock: task %s in queue %q: its state kept changing while it was canceled; try again", taskID, queue)
 }
 
+// republishEvery is how often Cancel publishes asynq's cancel again while
+// it waits for a running task's worker to stop it.
+const republishEvery = 250 * time.Millisecond
+
 // storedThisAttempt reports whether an active task's result is the record
 // of the attempt under way (its worker stored it, asynq has not marked the
 // task yet), not that of an earlier attempt.
@@ -168,21 +172,42 @@ func (c *Client) cancelRunning(ctx context.Context, by, queue, taskID string) (*
 	if err := c.insp.CancelProcessing(taskID); err != nil {
 		return nil, fmt.Errorf("airlock: canceling task %s in queue %q: %w", taskID, queue, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, CancelWait)
-	rec, err := c.Wait(wctx, queue, taskID)
+	var retried int
+	if info, err := c.insp.GetTaskInfo(queue, taskID); err == nil {
+		retried = info.Retried
+	}
+	dctx, cancel := context.WithTimeout(ctx, CancelWait)
+	defer cancel()
+	var rec *record.Run
+	var err error
+	for {
+		wctx, wcancel := context.WithTimeout(dctx, republishEvery)
+		rec, err = c.Wait(wctx, queue, taskID)
+		wcancel()
+		if err == nil || dctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		// asynq's cancel reaches only a handler that runs already: one
+		// published as a worker took the task is lost. While the attempt
+		// it was meant for is still active, again. (The worker reads the
+		// mark itself only on a retried attempt, so that a first attempt,
+		// the per-task path, costs no read.)
+		if info, err := c.insp.GetTaskInfo(queue, taskID); err == nil && info.State == asynq.TaskStateActive && info.Retried == retried {
+			_ = c.insp.CancelProcessing(taskID)
+		}
+	}
 	// A task that may not be retried (a session's) is archived by asynq
 	// as soon as its context is canceled, before its worker stores the
 	// canceled record: wait for that record, not asynq's account.
-	for err == nil && rec.Worker == "" && rec.State != record.StateCanceled && wctx.Err() == nil {
+	for err == nil && rec.Worker == "" && rec.State != record.StateCanceled && dctx.Err() == nil {
 		select {
-		case <-wctx.Done():
+		case <-dctx.Done():
 		case <-time.After(10 * time.Millisecond):
-			rec, err = c.Status(wctx, queue, taskID)
+			rec, err = c.Status(dctx, queue, taskID)
 		}
 	}
-	cancel()
 	switch {
-	case err != nil && ctx.Err() == nil && wctx.Err() != nil:
+	case err != nil && ctx.Err() == nil && dctx.Err() != nil:
 		// Not stopped yet: the run as it is (the worker stops it).
 		return c.Status(ctx, queue, taskID)
 	case err != nil:

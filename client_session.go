@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -52,7 +50,6 @@ type Session struct {
 	// Opened is the answer to the open: the steps the spec ran, when the
 	// session expires.
 	Opened *session.Answer
-	calls  atomic.Int64
 }
 
 // ID is the session's id, which is its run's task id.
@@ -62,8 +59,8 @@ func (s *Session) ID() string { return s.id }
 func (s *Session) Queue() string { return s.queue }
 
 // OpenSession queues spec as a session (spec.Session is set when nil) and
-// waits until a worker holds it and has run the spec's steps, if any, for
-// at most ClientOptions.OpenWait. No worker with room in that time: the
+// waits until a worker holds it and has set it up (its inputs, the spec's
+// steps, if any). No worker takes it within ClientOptions.OpenWait: the
 // run is canceled and the error matches ErrNoRoom (HTTP 429).
 func (c *Client) OpenSession(ctx context.Context, spec *tasks.Spec) (*Session, error) {
 	if spec == nil {
@@ -92,17 +89,14 @@ func (c *Client) OpenSession(ctx context.Context, spec *tasks.Spec) (*Session, e
 	if wait <= 0 {
 		wait = DefaultOpenWait
 	}
-	// The spec's own steps run before the open is answered.
-	for _, st := range spec.Steps {
-		wait += time.Duration(st.Timeout)
-		if st.Timeout == 0 {
-			wait += time.Duration(spec.Timeout)
-			break
-		}
-	}
-	a, err := s.conn.AwaitOpen(ctx, id, min(wait, time.Duration(spec.Timeout)+DefaultOpenWait))
+	a, err := s.conn.AwaitOpen(ctx, id, wait)
 	var se *session.Error
-	if errors.As(err, &se) && se.Status == http.StatusGatewayTimeout {
+	if errors.As(err, &se) && se.Status == http.StatusGatewayTimeout && se.State == session.StateOpen {
+		// A worker holds it, and sets it up (its inputs, the spec's own
+		// steps): up to the session's deadline, while its beat goes on.
+		a, err = s.conn.AwaitOpen(ctx, id, time.Duration(spec.Timeout))
+	}
+	if errors.As(err, &se) && se.Status == http.StatusGatewayTimeout && se.State == session.StateOpening {
 		// No worker took it: take it back, unless one takes it now.
 		if _, cerr := c.Cancel(context.WithoutCancel(ctx), spec.Queue, id); cerr == nil || errors.Is(cerr, ErrFinal) {
 			return nil, &session.Error{Status: http.StatusTooManyRequests, State: se.State, RetryAfter: time.Second,
@@ -130,12 +124,13 @@ func (c *Client) Session(ctx context.Context, id string) (*Session, *session.Inf
 // call sends one call and waits for its answer, at most bound past the
 // call's own work.
 func (s *Session) call(ctx context.Context, c session.Call, bound time.Duration) (*session.Answer, error) {
-	c.ID = strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(s.calls.Add(1), 36)
+	// Random: two clients (two API servers) may call one session.
+	c.ID = uuid.NewString()
 	a, err := s.conn.Call(ctx, s.id, c, bound+callGrace)
 	var se *session.Error
 	if errors.As(err, &se) && se.Status == http.StatusGatewayTimeout {
 		// No answer: the worker may have died. Its run's state says.
-		if rec, serr := s.c.Status(ctx, s.queue, s.id); serr == nil && record.Final(rec.State) || serr == nil && rec.State == "archived" {
+		if rec, serr := s.c.Status(ctx, s.queue, s.id); serr == nil && record.Final(rec.State) {
 			return nil, &session.Error{Status: http.StatusGone, State: session.StateEnded, End: record.StateFailed,
 				Msg: fmt.Sprintf("the session's run ended without answering: %s %s", rec.State, rec.Error)}
 		}

@@ -384,24 +384,9 @@ func TestAPIClientsCSVReport(t *testing.T) {
 		{"typescript", "node", "../examples/typescript/csv_report.mjs"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			prog, err := exec.LookPath(c.prog)
-			if err != nil {
-				if os.Getenv("AIRLOCK_REQUIRE_CLIENTS") == "1" {
-					t.Fatalf("%s is not on PATH, and AIRLOCK_REQUIRE_CLIENTS=1", c.prog)
-				}
-				t.Skipf("%s is not on PATH (AIRLOCK_REQUIRE_CLIENTS=1 makes this a failure)", c.prog)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, prog, c.script)
-			cmd.Env = append(os.Environ(),
+			stdout, stderr := runExample(t, b, c.prog, c.script,
 				"AIRLOCK_API_URL="+proxy.URL, "AIRLOCK_TOKEN="+apiAgent, "AIRLOCK_APPROVER_TOKEN="+apiApprover,
 				"PARTNER_URL="+partner.URL, "AIRLOCK_QUEUE="+b.queue, "AIRLOCK_TIMEOUT=150")
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("%s %s: %v\nstdout: %s\nstderr: %s\nworker logs:\n%s", c.prog, c.script, err, stdout.String(), stderr.String(), b.worker.logs.String())
-			}
 			var out struct {
 				TaskID string `json:"task_id"`
 				State  string `json:"state"`
@@ -424,4 +409,30 @@ func TestAPIClientsCSVReport(t *testing.T) {
 			t.Logf("%s: %s", c.name, strings.TrimSpace(stdout.String()))
 		})
 	}
+}
+
+// runExample runs an example client (prog script) with env added to the
+// test's, and returns its stdout and stderr; it fails the test on a
+// non-zero exit, and skips it when prog is not on PATH (a failure with
+// AIRLOCK_REQUIRE_CLIENTS=1, as CI sets).
+func runExample(t *testing.T, b *bundle, prog, script string, env ...string) (stdout, stderr *bytes.Buffer) {
+	t.Helper()
+	path, err := exec.LookPath(prog)
+	if err != nil {
+		if os.Getenv("AIRLOCK_REQUIRE_CLIENTS") == "1" {
+			t.Fatalf("%s is not on PATH, and AIRLOCK_REQUIRE_CLIENTS=1", prog)
+		}
+		t.Skipf("%s is not on PATH (AIRLOCK_REQUIRE_CLIENTS=1 makes this a failure)", prog)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	abs, _ := filepath.Abs(script)
+	cmd := exec.CommandContext(ctx, path, abs)
+	cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1"), env...)
+	stdout, stderr = &bytes.Buffer{}, &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\nstdout: %s\nstderr: %s\nworker logs:\n%s", prog, script, err, stdout.String(), stderr.String(), b.worker.logs.String())
+	}
+	return stdout, stderr
 }

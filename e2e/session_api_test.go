@@ -9,9 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -134,25 +131,9 @@ func TestAPIClientsSession(t *testing.T) {
 		{"typescript", "node", "../examples/typescript/session_report.mjs"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			prog, err := exec.LookPath(c.prog)
-			if err != nil {
-				if os.Getenv("AIRLOCK_REQUIRE_CLIENTS") == "1" {
-					t.Fatalf("%s is not on PATH, and AIRLOCK_REQUIRE_CLIENTS=1", c.prog)
-				}
-				t.Skipf("%s is not on PATH (AIRLOCK_REQUIRE_CLIENTS=1 makes this a failure)", c.prog)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			script, _ := filepath.Abs(c.script)
-			cmd := exec.CommandContext(ctx, prog, script)
-			cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1",
+			stdout, stderr := runExample(t, b, c.prog, c.script,
 				"AIRLOCK_API_URL="+proxy.URL, "AIRLOCK_TOKEN="+apiAgent, "AIRLOCK_APPROVER_TOKEN="+apiApprover,
 				"PARTNER_URL="+partner.URL, "AIRLOCK_QUEUE="+b.queue, "AIRLOCK_TIMEOUT=150")
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("%s %s: %v\nstdout: %s\nstderr: %s\nworker logs:\n%s", c.prog, c.script, err, stdout.String(), stderr.String(), b.worker.logs.String())
-			}
 			var out struct {
 				SessionID string   `json:"session_id"`
 				State     string   `json:"state"`

@@ -5,6 +5,9 @@ package e2e
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -201,5 +204,30 @@ func TestSessionDeleteMidStep(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	if again, err := b.client.Status(ctx, b.queue, s.ID()); err != nil || again.State != record.StateCanceled || again.Attempt != 1 {
 		t.Errorf("later: %+v, %v", again, err)
+	}
+}
+
+// The holder beats from the moment it holds the session: an open whose
+// inputs take longer than session.DeadAfter to download is not taken for
+// a dead worker's.
+func TestSessionSlowOpenIsAlive(t *testing.T) {
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(session.DeadAfter + 3*time.Second)
+		io.WriteString(w, "late but fine")
+	}))
+	t.Cleanup(slow.Close)
+	b := setup(t, "-fetch-allow", "127.0.0.1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := b.client.OpenSession(ctx, b.spec(`{"version":1,"timeout":"60s","session":{},
+		"inputs":[{"url":"`+slow.URL+`/x","path":"in/x"}]}`))
+	if err != nil {
+		t.Fatalf("open with a slow input: %v\n%s", err, b.worker.logs.String())
+	}
+	if got, err := s.ReadFile(ctx, "in/x"); err != nil || string(got) != "late but fine" {
+		t.Fatalf("the input: %q, %v", got, err)
+	}
+	if rec, err := s.Delete(ctx); err != nil || rec.State != record.StateCanceled {
+		t.Fatalf("delete: %+v, %v", rec, err)
 	}
 }

@@ -28,8 +28,9 @@ import (
 // with its event and its mark, and its task archived at once: asynq
 // scheduled a retry (delayRetry holds it back for cancelRetryDelay), and a
 // canceled run is never run again. A mark (package cancelrun) read when a
-// run starts ends it there: it covers a cancel published before the
-// handler took the task.
+// retried run starts ends it there, should that archiving have failed; a
+// cancel published before a first attempt's handler took the task is
+// published again by Client.Cancel while it waits.
 
 // cancelRetryDelay is how long asynq holds back the retry it schedules for
 // a canceled task: the handler archives the task long before; should the
@@ -93,8 +94,8 @@ func (w *Worker) isStopping() bool {
 	return false
 }
 
-// canceledBeforeStart ends the run when its mark says it was canceled:
-// one bounded read, once per run. A mark that cannot be read is logged,
+// canceledBeforeStart ends a retried run when its mark says it was
+// canceled: one bounded read, on retries only (handler.go). A mark that cannot be read is logged,
 // and the run goes on (a cancel then reaches it through asynq).
 func (w *Worker) canceledBeforeStart(ctx context.Context, rec *record.Run) bool {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markReadTimeout)

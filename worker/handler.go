@@ -90,7 +90,11 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 	rec.KeptOutput = &record.KeptOutput{MaxBytes: int64(spec.MaxRecordBytes)}
 	w.log.Info().Str("task_id", rec.TaskID).Int("attempt", rec.Attempt).Str("run_id", spec.RunID).
 		Str("queue", spec.Queue).Int("steps", len(spec.Steps)).Int("inputs", len(spec.Inputs)).Msg("task start")
-	if w.canceledBeforeStart(ctx, rec) {
+	// A first attempt reads no mark (the per-task path): a cancel that
+	// came before its handler ran is published again by Client.Cancel. A
+	// retry reads it, in case the attempt the cancel stopped could not
+	// archive its task.
+	if rec.Attempt > 1 && w.canceledBeforeStart(ctx, rec) {
 		return outcome{canceled: true}
 	}
 	if err := w.checkGrants(spec); err != nil {

@@ -37,6 +37,7 @@ const sessionStateTTL = 24 * time.Hour
 // heldSession is a session this worker holds.
 type heldSession struct {
 	answered bool // the open was answered
+	stopBeat func()
 	// envSecrets are the secrets its step calls saw in their environment
 	// (the spec's own steps' are the spec's EnvSecrets), for the policy.
 	envSecrets []string
@@ -64,13 +65,29 @@ func (w *Worker) holdSession(ctx context.Context, j *job) *heldSession {
 		rec.State, rec.Verdict, rec.Error, rec.Session.Ended = record.StateFailed, record.VerdictError, err.Error(), "worker"
 		return nil
 	}
-	return &heldSession{}
+	// The beat tells callers the holder is alive from now to the end: while
+	// the session waits for a slot, fetches its inputs, runs its steps.
+	beatCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		t := time.NewTicker(session.BeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-beatCtx.Done():
+				return
+			case <-t.C:
+				_ = w.sessions.Beat(beatCtx, rec.TaskID)
+			}
+		}
+	}()
+	return &heldSession{stopBeat: stop}
 }
 
 // endSession marks the held session ended with its run's state (failed
 // when the run was handed back: a session is never replayed), answers an
 // open it never answered, and gives its place back.
 func (w *Worker) endSession(ctx context.Context, rec *record.Run, h *heldSession) {
+	h.stopBeat()
 	w.sessionsHeld.Add(-1)
 	ctx = context.WithoutCancel(ctx)
 	end := rec.State
@@ -102,21 +119,6 @@ func (w *Worker) serveSession(ctx context.Context, j *job, box *sandbox.Slot, ws
 		}
 	}()
 	idle := time.Duration(spec.Session.IdleTimeout)
-	// The beat tells callers the holder is alive, during steps too.
-	beatCtx, stopBeat := context.WithCancel(ctx)
-	defer stopBeat()
-	go func() {
-		t := time.NewTicker(session.BeatEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-beatCtx.Done():
-				return
-			case <-t.C:
-				_ = w.sessions.Beat(beatCtx, id)
-			}
-		}
-	}()
 	for i, st := range spec.Steps {
 		sr, res, err := w.runStep(ctx, j, box, ws, st, min(spec.StepTimeout(i), time.Until(deadline)), keep)
 		r.records = append(r.records, sr)

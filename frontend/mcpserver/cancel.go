@@ -32,13 +32,9 @@ func cancelTool(sc schemas) *mcp.Tool {
 
 // cancelRun is cancel_run.
 func (s *server) cancelRun(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
-	taskID, q, err := s.runArgs(req)
+	taskID, q, rec, err := s.runRecord(ctx, req)
 	if err != nil {
 		return nil, err
-	}
-	rec, err := s.c.Status(ctx, q, taskID)
-	if err != nil {
-		return nil, readError(err)
 	}
 	if rec.Principal != s.o.Principal {
 		who := "no principal"

@@ -413,15 +413,23 @@ func (s *server) runArgs(req *mcp.CallToolRequest) (taskID, queue string, err er
 }
 
 func (s *server) getRun(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
-	taskID, q, err := s.runArgs(req)
+	_, _, rec, err := s.runRecord(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.c.Status(ctx, q, taskID)
-	if err != nil {
-		return nil, readError(err)
-	}
 	return &runOut{Record: rec, Note: note(rec)}, nil
+}
+
+// runRecord decodes the arguments that name a run and reads its record
+// now.
+func (s *server) runRecord(ctx context.Context, req *mcp.CallToolRequest) (taskID, queue string, rec *record.Run, err error) {
+	if taskID, queue, err = s.runArgs(req); err != nil {
+		return "", "", nil, err
+	}
+	if rec, err = s.c.Status(ctx, queue, taskID); err != nil {
+		return "", "", nil, readError(err)
+	}
+	return taskID, queue, rec, nil
 }
 
 func (s *server) waitRun(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
@@ -451,15 +459,11 @@ func (s *server) waitRun(ctx context.Context, req *mcp.CallToolRequest) (any, er
 }
 
 func (s *server) getResult(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
-	taskID, q, err := s.runArgs(req)
-	if err != nil {
-		return nil, err
-	}
 	// The state first, to say why there is no result in words an agent
 	// acts on.
-	rec, err := s.c.Status(ctx, q, taskID)
+	taskID, q, rec, err := s.runRecord(ctx, req)
 	if err != nil {
-		return nil, readError(err)
+		return nil, err
 	}
 	if rec.State != record.StatePromoted {
 		return nil, &stateError{state: rec.State, msg: notPublished(rec)}
