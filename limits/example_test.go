@@ -24,7 +24,7 @@ func ExampleParse() {
 	// cpu_time=10s,memory=512MiB,processes=64
 	// memory bytes: 536870912
 	// cpu time: 10s
-	// -limits.memroy: unknown limit (known: cpu_time, file_size, memory, open_files, output, output_total, processes, workspace)
+	// -limits.memroy: unknown limit (known: cpu_time, file_size, memory, open_files, output, output_total, processes, workspace; or profile=browser)
 }
 
 // A spec may lower a limit, never raise it past the operator's maximum.

@@ -155,6 +155,49 @@ type Set struct {
 	// together; past it the worker kills the step's whole tree (verdict
 	// output_limit). What is kept of each stream is still Output.
 	OutputTotal Bytes `json:"output_total,omitempty"`
+	// Profile names a set of values a kind of workload needs (Profiles:
+	// "browser"); they fill what the spec did not give itself, and the
+	// operator's maximums still bound them.
+	Profile string `json:"profile,omitempty"`
+}
+
+// Profiles are named sets of limits for workloads whose needs are known,
+// measured here (docs/spec.md#profiles). A spec asks for one with
+// "limits": {"profile": "browser"}; an operator allows one with
+// -max-limits profile=browser (the default maximums already do).
+var Profiles = map[string]Set{
+	// Headless Chromium, alone or driven by Playwright through a login
+	// and an export (examples/browser-export), measured here: at most 140
+	// processes and threads (it fails under 96), 207 descriptors in one
+	// process, 255 MB of memory (440 MB on a cold page cache); about
+	// twice that.
+	"browser": {
+		CPUTime: Duration(2 * time.Minute), Memory: 1 << 30, Processes: 256,
+		OpenFiles: 1024, Workspace: 256 << 20,
+	},
+}
+
+// ProfileNames lists the profiles, for hints.
+func ProfileNames() string {
+	names := make([]string, 0, len(Profiles))
+	for n := range Profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// withProfile returns s with what its profile gives filled in where s gives
+// nothing; field names the profile's field in errors.
+func (s Set) withProfile(field string) (Set, error) {
+	if s.Profile == "" {
+		return s, nil
+	}
+	p, ok := Profiles[s.Profile]
+	if !ok {
+		return s, &FieldError{Field: field, Msg: fmt.Sprintf("unknown profile %q", s.Profile), Hint: "known: " + ProfileNames()}
+	}
+	return s.Merge(p), nil
 }
 
 // field describes one member of Set for generic parsing, merging and checks.
@@ -198,9 +241,13 @@ func Parse(flagName, s string) (Set, error) {
 		if !ok {
 			return out, &FieldError{Field: flagName, Msg: fmt.Sprintf("%q is not key=value", kv), Hint: "e.g. cpu_time=10s,memory=512MiB"}
 		}
+		if k == "profile" {
+			out.Profile = v
+			continue
+		}
 		f, ok := lookup(k)
 		if !ok {
-			return out, &FieldError{Field: flagName + "." + k, Msg: "unknown limit", Hint: "known: " + Names()}
+			return out, &FieldError{Field: flagName + "." + k, Msg: "unknown limit", Hint: "known: " + Names() + "; or profile=" + ProfileNames()}
 		}
 		var n int64
 		switch f.kind {
@@ -225,7 +272,9 @@ func Parse(flagName, s string) (Set, error) {
 		}
 		f.set(&out, n)
 	}
-	return out, nil
+	out, err := out.withProfile(flagName + ".profile")
+	out.Profile = "" // its values are what an operator's flag means
+	return out, err
 }
 
 // String formats s as Parse reads it, listing only the fields that are set.
@@ -379,17 +428,27 @@ func (p Policy) Check() error {
 // Resolve checks asked against the maximums and fills what it left out from
 // the defaults. prefix is the JSON path of asked in errors ("limits").
 func (p Policy) Resolve(prefix string, asked Set) (Set, error) {
+	given := asked
+	asked, err := asked.withProfile(prefix + ".profile")
+	if err != nil {
+		return Set{}, err
+	}
 	for _, f := range fields {
 		v, max := f.get(&asked), f.get(&p.Max)
 		if v < 0 {
 			return Set{}, &FieldError{Field: prefix + "." + f.name, Msg: "must not be negative"}
 		}
 		if v > max {
-			return Set{}, &FieldError{
+			e := &FieldError{
 				Field: prefix + "." + f.name,
 				Msg:   fmt.Sprintf("%s is above the worker's maximum %s", formatValue(f, v), formatValue(f, max)),
 				Hint:  "a spec may lower a limit, never raise it past the operator's maximum",
 			}
+			if f.get(&given) == 0 {
+				e.Msg = fmt.Sprintf("%s (profile %s) is above the worker's maximum %s", formatValue(f, v), asked.Profile, formatValue(f, max))
+				e.Hint = "the operator allows the profile with -max-limits profile=" + asked.Profile
+			}
+			return Set{}, e
 		}
 	}
 	return asked.Merge(p.Default), nil

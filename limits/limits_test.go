@@ -40,6 +40,9 @@ func setNames() []string {
 	var out []string
 	for i := 0; i < rt.NumField(); i++ {
 		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		if name == "profile" {
+			continue // a name of values, not a limit (TestProfiles)
+		}
 		out = append(out, name)
 	}
 	return out
@@ -794,5 +797,69 @@ func TestPolicyJSONWithoutOutputTotal(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(`{"default": 3}`), &p); err == nil {
 		t.Error("a malformed policy was read")
+	}
+}
+
+// A profile fills what a spec left out, the spec's own values win, and the
+// operator's maximums bound what it gives; an operator's flag takes a
+// profile's values.
+func TestProfiles(t *testing.T) {
+	p := limits.DefaultPolicy()
+	browser := limits.Profiles["browser"]
+	for _, tc := range []struct {
+		name      string
+		policy    limits.Policy
+		asked     limits.Set
+		want      limits.Set
+		wantField string
+		wantIn    string
+	}{
+		{name: "profile fills", policy: p, asked: limits.Set{Profile: "browser"},
+			want: browser.Merge(p.Default)},
+		{name: "the spec's own value wins", policy: p, asked: limits.Set{Profile: "browser", Processes: 100},
+			want: limits.Set{Processes: 100}.Merge(browser).Merge(p.Default)},
+		{name: "unknown", policy: p, asked: limits.Set{Profile: "gpu"},
+			wantField: "limits.profile", wantIn: `unknown profile "gpu" (known: browser)`},
+		{name: "above an operator's lowered maximum", policy: func() limits.Policy {
+			q := p
+			q.Max.Processes = 64
+			return q
+		}(), asked: limits.Set{Profile: "browser"},
+			wantField: "limits.processes", wantIn: "256 (profile browser) is above the worker's maximum 64 (the operator allows the profile with -max-limits profile=browser)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.policy.Resolve("limits", tc.asked)
+			if tc.wantField != "" {
+				fe := fieldErr(t, err)
+				if fe.Field != tc.wantField || !strings.Contains(fe.Error(), tc.wantIn) {
+					t.Fatalf("error %v, want field %s with %q", err, tc.wantField, tc.wantIn)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.want.Profile = tc.asked.Profile
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("resolved (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// The operator's flag: the profile's values, its own win, no name kept.
+	got, err := limits.Parse("-max-limits", "processes=300,profile=browser")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := browser
+	want.Processes = 300
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("-max-limits profile=browser (-want +got):\n%s", diff)
+	}
+	if _, err := limits.Parse("-max-limits", "profile=gpu"); fieldErr(t, err).Field != "-max-limits.profile" {
+		t.Errorf("unknown profile in a flag: %v", err)
+	}
+	// The default maximums allow the browser profile as it is.
+	if _, err := p.Resolve("limits", limits.Set{Profile: "browser"}); err != nil {
+		t.Errorf("default maximums refuse the browser profile: %v", err)
 	}
 }

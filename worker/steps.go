@@ -258,8 +258,16 @@ func hitBeforeTimeout(sr record.Step, l limits.Set) string {
 			what = append(what, h)
 		}
 	}
-	return fmt.Sprintf("hit %s, then timed out: the step likely waited on what the limit refused; raise limits.%s (within the operator's -max-limits)",
+	msg := fmt.Sprintf("hit %s, then timed out: the step likely waited on what the limit refused; raise limits.%s (within the operator's -max-limits)",
 		strings.Join(what, ", "), sr.LimitsHit[0])
+	b := limits.Profiles["browser"]
+	switch {
+	case sr.LimitsHit[0] == record.LimitProcesses && l.Processes < b.Processes:
+		msg += fmt.Sprintf(`; a browser needs about %d ("limits": {"profile": "browser"})`, b.Processes)
+	case sr.LimitsHit[0] == record.LimitMemory && l.Memory < b.Memory:
+		msg += fmt.Sprintf(`; a browser needs about %s ("limits": {"profile": "browser"})`, b.Memory)
+	}
+	return msg
 }
 
 // limitsHit names the limits the kernel reported reached during a step:

@@ -15,12 +15,15 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math/big"
 	"net/http"
 	"net/url"
 	"strings"
 
 	_ "embed"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/limits"
@@ -96,11 +99,48 @@ func (p *Partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	WriteExport(w, p.Rows)
+}
+
+// WriteExport writes a generated export of rows orders (at least one) as
+// CSV: a header, then one line per order, with two parasitic columns
+// (_sync_ts, _debug) among order_id, customer, amount and status.
+func WriteExport(w io.Writer, rows int) {
 	fmt.Fprintln(w, "order_id,_sync_ts,customer,amount,status,_debug")
 	statuses := []string{"paid", "paid", "paid", "paid", "paid", "paid", "paid", "paid", "paid", "pending", "refunded"}
-	for i := 1; i <= max(p.Rows, 1); i++ {
+	for i := 1; i <= max(rows, 1); i++ {
 		n, _ := rand.Int(rand.Reader, big.NewInt(50000))
 		st := statuses[i%len(statuses)]
 		fmt.Fprintf(w, "%d,2026-12-0%dT10:00:00Z,customer-%d,%d.%02d,%s,trace-%x\n", 1000+i, 1+i%9, i%37, 10+n.Int64()/100, n.Int64()%100, st, i*7919)
 	}
+}
+
+// CleanScript returns the action's clean.sh: in/export.csv cleaned into
+// out/clean.csv, its indicators into out/result.json.
+func CleanScript() string {
+	var d struct {
+		Spec struct {
+			Files map[string]string `yaml:"files"`
+		} `yaml:"spec"`
+	}
+	if err := yaml.Unmarshal(definition, &d); err != nil {
+		panic("csvreport: the embedded definition: " + err.Error())
+	}
+	return d.Spec.Files["clean.sh"]
+}
+
+// ResultSchema returns the action's output schema: rows, paid_revenue and
+// refund_rate.
+func ResultSchema() map[string]any {
+	var d struct {
+		Spec struct {
+			Output struct {
+				Schema map[string]any `yaml:"schema"`
+			} `yaml:"output"`
+		} `yaml:"spec"`
+	}
+	if err := yaml.Unmarshal(definition, &d); err != nil {
+		panic("csvreport: the embedded definition: " + err.Error())
+	}
+	return d.Spec.Output.Schema
 }

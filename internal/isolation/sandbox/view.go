@@ -121,13 +121,16 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 
 // etcEntries are the entries of the host's /etc that programs need to
 // start (the dynamic loader's cache, certificates, alternatives, time zone,
-// the JVM's and Python's configuration, fonts), bound read-only when they
+// the JVM's and Python's configuration, fonts, a browser's), bound read-only when they
 // exist; a name ending in * is a glob. Never shadow, never a service's
 // configuration. /etc/ssl/private, when it exists, is hidden.
 var etcEntries = []string{
 	"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates", "pki", "crypto-policies",
 	"alternatives", "localtime", "timezone", "mime.types", "protocols", "services", "os-release",
 	"debian_version", "fonts", "java-*", "python3*", "ImageMagick-*",
+	// Debian's chromium: its first-run preferences, and what its wrapper
+	// sources (beside the view's own files: browserOps)
+	"chromium/master_preferences", "chromium.d/*",
 }
 
 // viewDevices are the device nodes a step gets, bound from the host's.
@@ -264,6 +267,9 @@ func viewOps(c viewConfig) []viewOp {
 			names, _ = filepath.Glob(names[0])
 		}
 		for _, n := range names {
+			if n == chromiumFlagsFile {
+				continue // the view's own
+			}
 			ops = append(ops, viewOp{kind: opBind, src: n, dst: n, attrs: roAttrs, optional: true})
 		}
 	}
@@ -298,6 +304,7 @@ func viewOps(c viewConfig) []viewOp {
 		// Host keys, if any, are only root's to read; hide them anyway.
 		viewOp{kind: opMask, dst: "/etc/ssl/private"},
 	)
+	ops = append(ops, browserOps()...)
 	for _, l := range viewLinks {
 		ops = append(ops, viewOp{kind: opSymlink, dst: l[0], data: l[1]})
 	}

@@ -3,6 +3,7 @@
 package sandbox
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -61,5 +62,35 @@ func TestViewOps(t *testing.T) {
 	}
 	if index(opMask, "/etc/ssl/private") < 0 || index(opSetattr, "/dev") < 0 {
 		t.Error("ssl/private not masked or /dev not read-only")
+	}
+}
+
+// TestViewOpsBrowser: on a host with Debian's chromium, the view binds the
+// wrapper's settings one by one and writes its own beside them, after
+// them, with --no-sandbox and the proxy; never the host's managed
+// policies.
+func TestViewOpsBrowser(t *testing.T) {
+	ops := viewOps(viewConfig{Workspace: "/srv/slot/ws", Base: "/srv/slot", UID: 200000, GID: 200000})
+	own := slices.IndexFunc(ops, func(o viewOp) bool { return o.kind == opWrite && o.dst == chromiumFlagsFile })
+	if _, err := os.Stat("/etc/chromium.d"); err != nil {
+		if own >= 0 {
+			t.Error("the view writes chromium's settings on a host without chromium")
+		}
+		t.Skip("no /etc/chromium.d on this host")
+	}
+	if own < 0 {
+		t.Fatal("no /etc/chromium.d/airlock in the view")
+	}
+	for i, o := range ops {
+		if o.kind == opBind && strings.HasPrefix(o.dst, "/etc/chromium") {
+			if i > own || o.dst == "/etc/chromium.d" || strings.HasPrefix(o.dst, "/etc/chromium/policies") {
+				t.Errorf("bind %s at %d (the view's own file at %d): want the host's files one by one, before it, no policies", o.dst, i, own)
+			}
+		}
+	}
+	for _, want := range []string{`--no-sandbox --log-level=3"`, `if [ -n "$HTTPS_PROXY" ]`, `--proxy-server=$HTTPS_PROXY --proxy-bypass-list=<-loopback>`} {
+		if !strings.Contains(ops[own].data, want) {
+			t.Errorf("the view's chromium settings lack %q", want)
+		}
 	}
 }
