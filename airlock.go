@@ -51,6 +51,15 @@ type ClientOptions struct {
 	// OpenWait is how long OpenSession waits for a worker to take a
 	// session before it gives up (ErrNoRoom). Zero means DefaultOpenWait.
 	OpenWait time.Duration
+	// Store is where Result reads promoted outputs: the workers' -store
+	// as this process sees it, a directory (<store>/<run_id>/<task_id>/)
+	// or s3://bucket/prefix (enqueue, api and mcp -store). "" reads where
+	// the run's record says its output was published, which workers give
+	// as an absolute path or an s3:// URL; a record of an older worker
+	// that gives a path relative to its directory is read in the store
+	// the queue's workers announce (queuepolicy.Announce), and is an
+	// error naming them when they announce several.
+	Store string
 }
 
 func (o ClientOptions) withDefaults() ClientOptions {

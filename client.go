@@ -88,6 +88,12 @@ type Enqueued struct {
 	// already in the queue: nothing was enqueued, and TaskID and RunID are
 	// those of the existing task.
 	Duplicate bool
+	// NoWorker is true when no worker serves the queue: none has
+	// announced itself there within queuepolicy.AnnounceTTL (30s;
+	// workers refresh every 10s and withdraw on a clean stop). The task
+	// waits until one starts. One Redis read, alongside the enqueue;
+	// false when that read failed.
+	NoWorker bool
 }
 
 // Enqueue checks spec and enqueues it as a task for a worker of its queue.
@@ -118,16 +124,18 @@ type Enqueued struct {
 // With ClientOptions.Principal set, the spec is stamped with it; a spec
 // that names another principal is refused (a *tasks.FieldError on
 // principal).
-func (c *Client) Enqueue(ctx context.Context, spec *tasks.Spec) (Enqueued, error) {
+func (c *Client) Enqueue(ctx context.Context, spec *tasks.Spec) (e Enqueued, err error) {
 	payload, opts, err := c.prepare(ctx, spec)
 	if err != nil {
 		return Enqueued{}, err
 	}
+	defer c.noteServed(ctx, spec.Queue, &e, &err)() // served.go: Enqueued.NoWorker, read alongside
 	if spec.IdempotencyKey == "" {
-		info, err := c.asynq.EnqueueContext(ctx, asynq.NewTask(tasks.TypeRun, payload), opts...)
+		info, err := c.asynq.EnqueueContext(ctx, runTask(ctx, payload), opts...)
 		if err != nil {
 			return Enqueued{}, fmt.Errorf("airlock: enqueueing run %s in queue %q: %w", spec.RunID, spec.Queue, err)
 		}
+		c.wake(ctx, spec.Queue)
 		return Enqueued{TaskID: info.ID, Queue: spec.Queue, RunID: spec.RunID}, nil
 	}
 	return c.enqueueOnce(ctx, spec, payload, opts)
@@ -185,8 +193,9 @@ func (c *Client) enqueueOnce(ctx context.Context, spec *tasks.Spec, payload []by
 	// The existing task may go (its retention ends) between the conflict
 	// and the look-up; then enqueueing again is right.
 	for attempt := 0; ; attempt++ {
-		_, err := c.asynq.EnqueueContext(ctx, asynq.NewTask(tasks.TypeRun, payload), opts...)
+		_, err := c.asynq.EnqueueContext(ctx, runTask(ctx, payload), opts...)
 		if err == nil {
+			c.wake(ctx, spec.Queue)
 			return Enqueued{TaskID: id, Queue: spec.Queue, RunID: spec.RunID}, nil
 		}
 		if !errors.Is(err, asynq.ErrTaskIDConflict) {

@@ -82,9 +82,10 @@ func (c *Client) OpenSession(ctx context.Context, spec *tasks.Spec) (*Session, e
 	if err := s.conn.Create(ctx, session.Info{ID: id, TaskID: id, Queue: spec.Queue, Principal: spec.Principal, OpenedAt: time.Now()}, ttl); err != nil {
 		return nil, fmt.Errorf("airlock: open session: %w", err)
 	}
-	if _, err := c.asynq.EnqueueContext(ctx, asynq.NewTask(tasks.TypeRun, payload), append(opts, asynq.TaskID(id))...); err != nil {
+	if _, err := c.asynq.EnqueueContext(ctx, runTask(ctx, payload), append(opts, asynq.TaskID(id))...); err != nil {
 		return nil, fmt.Errorf("airlock: enqueueing session in queue %q: %w", spec.Queue, err)
 	}
+	c.wake(ctx, spec.Queue)
 	wait := c.opts.OpenWait
 	if wait <= 0 {
 		wait = DefaultOpenWait

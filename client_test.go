@@ -152,7 +152,7 @@ func TestEnqueueIdempotent(t *testing.T) {
 	}
 
 	first := enqueue("order-1")
-	want := airlock.Enqueued{TaskID: airlock.IdempotentTaskID(q, "order-1"), Queue: q, RunID: first.RunID}
+	want := airlock.Enqueued{TaskID: airlock.IdempotentTaskID(q, "order-1"), Queue: q, RunID: first.RunID, NoWorker: true}
 	if diff := cmp.Diff(want, first); diff != "" {
 		t.Errorf("first Enqueue (-want +got):\n%s", diff)
 	}

@@ -129,13 +129,16 @@ func (c *Client) published(ctx context.Context, taskID string, info *asynq.TaskI
 		}
 		return nil, &NotPromotedError{TaskID: taskID, State: rec.State, Why: why}
 	}
-	if where == "" {
+	if where == "" && c.opts.Store == "" {
 		return nil, &NotPromotedError{TaskID: taskID, State: rec.State, Why: "the store did not say where it published"}
+	}
+	if where, err = c.readFrom(ctx, info.Queue, taskID, rec, where); err != nil { // result_store.go
+		return nil, err
 	}
 	// The manifest first: a run is published only once it exists.
 	mb, err := storage.ReadFile(ctx, where, "manifest.json", maxManifest)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("airlock: task %s: %s holds no manifest: %w (%w)", taskID, where, ErrNotPromoted, err)
+		return nil, c.noManifest(taskID, where, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("airlock: task %s was published to %s, which this process cannot read: %w", taskID, where, err)

@@ -264,9 +264,10 @@ func TestFrontEndsImportNoSandbox(t *testing.T) {
 
 // internalGroups is how internal/ is laid out: packages that confine a step
 // (isolation), that talk to the network for it (network), that wire Redis
-// (redis), that only tests use (testkit), and four that stand alone.
+// (redis), that only tests use (testkit), that carry a run's trace
+// context and export spans (tracing), and four that stand alone.
 var internalGroups = map[string]bool{
-	"isolation": true, "network": true, "redis": true, "testkit": true,
+	"isolation": true, "network": true, "redis": true, "testkit": true, "tracing": true,
 	"bench": true, "cli": true, "metrics": true, "secrets": true,
 }
 
@@ -383,5 +384,41 @@ func TestApprovalLifecycleHasOneOwner(t *testing.T) {
 	}
 	if checked < 100 {
 		t.Fatalf("checked %d source files; the walk missed the tree", checked)
+	}
+}
+
+// exporters are the commands that export spans (internal/tracing/otlp,
+// opt-in by OTEL_EXPORTER_OTLP_ENDPOINT): only they link OpenTelemetry's
+// SDK and the OTLP exporter, and none links gRPC. Every other package, the client and the
+// CLIs included, uses OpenTelemetry's API alone: its spans cost nothing
+// without an SDK, and trace context still propagates.
+var exporters = []string{"./cmd/worker", "./cmd/api"}
+
+func TestOnlyExportersLinkTheOTLPExporter(t *testing.T) {
+	sdk := func(dep string) bool {
+		return strings.HasPrefix(dep, "go.opentelemetry.io/otel/sdk") || strings.HasPrefix(dep, "go.opentelemetry.io/otel/exporters/") ||
+			strings.HasPrefix(dep, "google.golang.org/grpc")
+	}
+	pkgs := append([]string{".", "./approve", "./worker", "./frontend/httpapi", "./cmd/enqueue", "./cmd/approve", "./internal/tracing"}, exporters...)
+	for _, p := range goList(t, "linux", pkgs...) {
+		var linked []string
+		api := false
+		for _, d := range p.Deps {
+			if sdk(d) {
+				linked = append(linked, d)
+			}
+			api = api || d == "go.opentelemetry.io/otel/trace"
+		}
+		export := slices.Contains(exporters, "./"+strings.TrimPrefix(p.ImportPath, module))
+		switch {
+		case export && !slices.Contains(p.Deps, module+"internal/tracing/otlp"):
+			t.Errorf("%s exports spans but does not link the OTLP/HTTP exporter", p.ImportPath)
+		case slices.ContainsFunc(linked, func(d string) bool { return strings.HasPrefix(d, "google.golang.org/grpc") }):
+			t.Errorf("%s links gRPC: the OTLP exporter is internal/tracing/otlp's, protobuf over HTTP by protowire", p.ImportPath)
+		case !export && len(linked) > 0:
+			t.Errorf("%s links %s: only %v export spans", p.ImportPath, strings.Join(linked, ", "), exporters)
+		case !api:
+			t.Errorf("%s does not link OpenTelemetry's trace API: is trace context carried?", p.ImportPath)
+		}
 	}
 }

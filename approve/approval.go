@@ -116,6 +116,11 @@ type Approval struct {
 	// MaxPendingBytes while it holds its staged bytes: its result and
 	// its artifacts' bytes. Park sets it.
 	StagedBytes int64 `json:"staged_bytes,omitempty"`
+	// TraceParent is the W3C traceparent of the span that parked it (the
+	// run's park span): the spans of its accept or reject and of its
+	// promotion are that span's children, in the run's trace. Empty for
+	// an approval parked without one.
+	TraceParent string `json:"trace_parent,omitempty"`
 }
 
 // Errors matched with errors.Is.

@@ -74,6 +74,9 @@ func encode(a *Approval) ([]any, error) {
 	if a.StagedBytes > 0 {
 		p = append(p, fStaged, strconv.FormatInt(a.StagedBytes, 10))
 	}
+	if a.TraceParent != "" {
+		p = append(p, fTrace, a.TraceParent)
+	}
 	return p, nil
 }
 
@@ -131,6 +134,8 @@ func setField(a *Approval, name, v string) error {
 		a.ResultSHA256 = v
 	case fStaged:
 		a.StagedBytes, err = strconv.ParseInt(v, 10, 64)
+	case fTrace:
+		a.TraceParent = v
 	}
 	if err != nil {
 		return fmt.Errorf("field %s: %w", name, err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/tracing"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -30,14 +31,31 @@ type Promoter struct {
 // publishing an approval that was already published changes nothing, and
 // the approval is marked promoted in either case. It returns the manifest
 // and whether this call published it.
-func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, bool, error) {
-	a, err := p.Store.Get(ctx, approvalID)
-	if errors.Is(err, ErrNotFound) {
-		return nil, false, fmt.Errorf("%w: approval %s not found", ErrRefused, approvalID)
-	}
+//
+// Its span (airlock.promote) is a child of the span that parked the
+// approval, in the run's trace.
+func (p *Promoter) Promote(ctx context.Context, approvalID string) (m *Manifest, published bool, err error) {
+	start := time.Now()
+	a, err := p.load(ctx, approvalID)
 	if err != nil {
 		return nil, false, err
 	}
+	ctx, span := p.Store.startSpan(ctx, tracing.SpanPromote, a, start)
+	defer func() { endPromote(span, m, published, err) }()
+	return p.promote(ctx, a)
+}
+
+// load reads the approval to promote: one that is not found is refused.
+func (p *Promoter) load(ctx context.Context, id string) (*Approval, error) {
+	a, err := p.Store.Get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("%w: approval %s not found", ErrRefused, id)
+	}
+	return a, err
+}
+
+// promote is Promote of a, as the store holds it.
+func (p *Promoter) promote(ctx context.Context, a *Approval) (*Manifest, bool, error) {
 	m, published, ops, err := p.publish(ctx, a, func(name string) ([]byte, error) { return p.Store.Data(ctx, a.ID, name) })
 	if err == nil && ops != nil {
 		err = p.Store.Apply(ctx, a.ID, ops)
@@ -59,9 +77,15 @@ func (p *Promoter) Promote(ctx context.Context, approvalID string) (*Manifest, b
 // run's record); ops is nil when there is nothing to send. When not
 // created (an earlier attempt parked it), it is Promote, from the store.
 func (p *Promoter) PromoteInline(ctx context.Context, a *Approval, data map[string][]byte, created bool) (m *Manifest, published bool, ops Ops, err error) {
+	ctx, span := p.Store.startSpan(ctx, tracing.SpanPromote, a, time.Now())
+	defer func() { endPromote(span, m, published, err) }()
 	quiet := &Promoter{Store: p.Store.Quiet(), Sink: p.Sink, Worker: p.Worker}
 	if !created {
-		m, published, err = quiet.Promote(ctx, a.ID)
+		stored, err := quiet.load(ctx, a.ID)
+		if err != nil {
+			return nil, false, nil, err
+		}
+		m, published, err = quiet.promote(ctx, stored)
 		return m, published, nil, err
 	}
 	return quiet.publish(ctx, a, parked(data))

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/tracing"
 )
 
 // Defaults of Options.
@@ -58,6 +60,9 @@ type Options struct {
 	// yet promoted and pending ones are never deleted.
 	Retention time.Duration
 	Now       func() time.Time
+	// TracerProvider makes the spans of decisions and promotions
+	// (package tracing); nil: the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Event is one entry of an approval's audit trail.
@@ -105,6 +110,7 @@ type Store struct {
 	retention  time.Duration
 	now        func() time.Time
 	watchBlock time.Duration
+	tracer     trace.Tracer
 }
 
 // Quiet returns the same store, whose transitions append no run event to
@@ -122,6 +128,7 @@ func NewStore(rdb redis.UniversalClient, opts Options) *Store {
 	s := &Store{
 		rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, maxStaged: opts.MaxStagedBytes, maxPending: opts.MaxPendingBytes,
 		retention: opts.Retention, now: opts.Now, watchBlock: 500 * time.Millisecond,
+		tracer: tracing.Tracer(opts.TracerProvider),
 	}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
@@ -211,6 +218,7 @@ const (
 	fStaged    = "staged_bytes"
 	fByNote    = "by_note"
 	fPrincipal = "principal" // the run summary's, kept apart as the queue is (List reads it)
+	fTrace     = "trace_parent"
 )
 
 // summaryFields are what List reads: neither the result, the artifacts nor

@@ -306,7 +306,10 @@ func (s *Store) Decide(ctx context.Context, id string, to State, d Decision) (*A
 	if to == StateRejected && strings.TrimSpace(d.Comment) == "" {
 		return nil, fmt.Errorf("approve: reject %s: %w", id, ErrCommentRequired)
 	}
-	return s.decide(ctx, id, to, d)
+	start := time.Now()
+	a, err := s.decide(ctx, id, to, d)
+	s.traceDecision(ctx, start, to, a)
+	return a, err
 }
 
 func (s *Store) decide(ctx context.Context, id string, to State, d Decision) (*Approval, error) {

@@ -136,8 +136,15 @@ func TestAutoPromoteAndStricterSpec(t *testing.T) {
 	if rec.State != record.StatePromoted || rec.DecidedBy != "policy:default" || rec.PublishedTo != filepath.Join(store, "auto-1", rec.TaskID) {
 		t.Fatalf("want promoted by policy:\n%s", mustJSON(t, rec))
 	}
-	if _, err := os.Stat(filepath.Join(store, "auto-1", rec.TaskID, "manifest.json")); err != nil {
-		t.Fatal(err)
+	// The manifest's run summary says what the record says of the
+	// workspace (it once said used_bytes 0: copied before it was measured).
+	var m approve.Manifest
+	mb, err := os.ReadFile(filepath.Join(store, "auto-1", rec.TaskID, "manifest.json"))
+	if err != nil || json.Unmarshal(mb, &m) != nil {
+		t.Fatalf("manifest: %v %s", err, mb)
+	}
+	if m.Run.Workspace != rec.Workspace || m.Run.Workspace.UsedBytes <= 0 || m.Run.Workspace.InputBytes <= 0 {
+		t.Errorf("manifest's workspace %+v, the record's %+v: want the same, used and input bytes above 0", m.Run.Workspace, rec.Workspace)
 	}
 	rec = b.run(reportSpec(`{"total": 5000}`, ""))
 	if rec.State != record.StateParked || !strings.Contains(strings.Join(rec.Decision.Reasons, " "), "big-total") {

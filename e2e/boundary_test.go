@@ -257,6 +257,7 @@ func TestNothingKeptAcrossTasks(t *testing.T) {
 // that uid, and no step can add one.
 func TestKeyringsCleared(t *testing.T) {
 	t.Parallel()
+	needRoot(t) // and seeding the key runs the probe as the slot's uid
 	uid := 371000 + int(time.Now().UnixNano()%900)
 	if err := addUserKey(uid); err != nil {
 		t.Fatalf("seed a key for uid %d: %v", uid, err)

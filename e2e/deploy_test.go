@@ -48,11 +48,18 @@ var capBits = map[string]uint{
 }
 
 type composeService struct {
-	Command     []string `yaml:"command"`
-	CapAdd      []string `yaml:"cap_add"`
-	CapDrop     []string `yaml:"cap_drop"`
-	Volumes     []string `yaml:"volumes"`
-	Restart     string   `yaml:"restart"`
+	Image       string            `yaml:"image"`
+	Entrypoint  []string          `yaml:"entrypoint"`
+	Command     []string          `yaml:"command"`
+	Environment map[string]string `yaml:"environment"`
+	CapAdd      []string          `yaml:"cap_add"`
+	CapDrop     []string          `yaml:"cap_drop"`
+	SecurityOpt []string          `yaml:"security_opt"`
+	ReadOnly    bool              `yaml:"read_only"`
+	Volumes     []string          `yaml:"volumes"`
+	Ports       []string          `yaml:"ports"`
+	Secrets     []string          `yaml:"secrets"`
+	Restart     string            `yaml:"restart"`
 	Healthcheck struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
@@ -64,6 +71,9 @@ type composeService struct {
 type composeFile struct {
 	Services map[string]composeService `yaml:"services"`
 	Volumes  map[string]any            `yaml:"volumes"`
+	Secrets  map[string]struct {
+		File string `yaml:"file"`
+	} `yaml:"secrets"`
 }
 
 func readCompose(t *testing.T) composeFile {
@@ -362,7 +372,7 @@ func TestComposeCapabilities(t *testing.T) {
 		}
 		base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 		if code, body, err := httpGet(base + "/metrics"); err != nil || code != 200 ||
-			!strings.Contains(body, `airlock_tasks_finished_total{state="completed",verdict="ok"} 1`) ||
+			!strings.Contains(body, `airlock_tasks_finished_total{queue="`+b.queue+`",state="completed",verdict="ok"} 1`) ||
 			!strings.Contains(body, "airlock_slots "+flagValue(w.Command, "concurrency")) {
 			t.Errorf("/metrics: %d %v:\n%s", code, err, body)
 		}
@@ -505,9 +515,9 @@ func TestWorkerWaitsForRedis(t *testing.T) {
 		t.Fatalf("/metrics: %d %v", code, err)
 	}
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^airlock_tasks_finished_total\{state="completed",verdict="ok"\} 1$`),
-		regexp.MustCompile(`(?m)^airlock_task_duration_seconds_count 1$`),
-		regexp.MustCompile(`(?m)^airlock_step_duration_seconds_count 1$`),
+		regexp.MustCompile(`(?m)^airlock_tasks_finished_total\{queue="` + queue + `",state="completed",verdict="ok"\} 1$`),
+		regexp.MustCompile(`(?m)^airlock_task_duration_seconds_count\{queue="` + queue + `"\} 1$`),
+		regexp.MustCompile(`(?m)^airlock_step_duration_seconds_count\{queue="` + queue + `"\} 1$`),
 		regexp.MustCompile(`(?m)^airlock_redis_start_retries_total [1-9][0-9]*$`),
 		regexp.MustCompile(`(?m)^airlock_slots 2$`),
 		regexp.MustCompile(`(?m)^airlock_approvals_pending 0$`),

@@ -46,8 +46,9 @@ func TestMain(m *testing.M) {
 	os.Chmod(dir, 0o711) // the probe runs as slot uids too
 	bin.worker, bin.enqueu, bin.approve = filepath.Join(dir, "worker"), filepath.Join(dir, "enqueue"), filepath.Join(dir, "approve")
 	bin.devWorker = filepath.Join(dir, "worker-dev")
-	// $AIRLOCK_E2E_BIN names a directory of prebuilt binaries: CI runs the
-	// best-effort tests as an unprivileged user, who cannot build.
+	// $AIRLOCK_E2E_BIN names a directory of prebuilt binaries, for a user
+	// who cannot build here (CI's unprivileged pass builds: it has a Go
+	// build cache of its own).
 	prebuilt := os.Getenv("AIRLOCK_E2E_BIN")
 	// The tests run the worker as it ships (Dockerfile: -tags airlock_nodev);
 	// only the dev-mode test runs the build with -dev.
@@ -83,6 +84,8 @@ type bundle struct {
 	root   string // workspace root of the worker
 	worker *workerProc
 	extra  []*os.File // descriptors the worker inherits (fd 3, 4...)
+	// workerDir is the worker's working directory ("": the test's).
+	workerDir string
 }
 
 type workerProc struct {
@@ -151,13 +154,15 @@ func newBundle(t *testing.T) *bundle {
 
 func (b *bundle) startWorker(flags ...string) *workerProc {
 	b.t.Helper()
+	// A store of the test's own (a -store in flags wins: the last one
+	// given), not the default one of the machine.
 	args := append([]string{
 		"-redis", b.url, "-queues", b.queue, "-workspace-root", b.root,
 		"-uid-lock-dir", filepath.Join(os.TempDir(), "airlock-e2e-uids"),
-		"-shutdown-timeout", "1s", "-grace", "200ms",
+		"-shutdown-timeout", "1s", "-grace", "200ms", "-store", filepath.Join(filepath.Dir(b.root), "store"),
 	}, flags...)
 	cmd := exec.Command(bin.worker, args...)
-	cmd.ExtraFiles = b.extra
+	cmd.ExtraFiles, cmd.Dir = b.extra, b.workerDir
 	logs := &lockedBuffer{}
 	cmd.Stderr, cmd.Stdout = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

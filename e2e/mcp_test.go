@@ -102,7 +102,8 @@ func (c callOut) text() string {
 	return b.String()
 }
 
-// call calls a tool with args (a JSON object) and wants isError as said.
+// call calls a tool with args (a JSON object) and wants isError as said;
+// its structured content must satisfy the tool's output schema.
 func call(t *testing.T, cs *mcp.ClientSession, name, args string, wantErr bool) callOut {
 	t.Helper()
 	var a map[string]any
@@ -122,6 +123,7 @@ func call(t *testing.T, cs *mcp.ClientSession, name, args string, wantErr bool) 
 	if res.IsError != wantErr {
 		t.Fatalf("%s %s: isError %v, want %v: %s", name, args, res.IsError, wantErr, out.text())
 	}
+	checkOutput(t, cs, name, out.raw)
 	// The text is the structured content's JSON, for hosts that show
 	// only text (errors: the message).
 	if !res.IsError {
@@ -178,8 +180,11 @@ func (c callOut) err(t *testing.T) errAnswer {
 
 // TestMCPTools lists the tools of the real binary over stdio: exactly
 // its ten (run_action, get_run, wait_run, get_result, cancel_run and the
-// five session tools), none of which can decide an approval, each with an input schema that is a valid draft-07 JSON
-// Schema (checked against the meta-schema) accepting what the tool takes.
+// five session tools), none of which can decide an approval, each with an
+// input and an output schema that are valid draft-07 JSON Schemas
+// (checked against the meta-schema), the input one accepting what the
+// tool takes; a whole spec's full schema is the resource
+// airlock://spec-schema.
 func TestMCPTools(t *testing.T) {
 	b := setup(t)
 	cs := mcpStdio(t, b)
@@ -204,6 +209,11 @@ func TestMCPTools(t *testing.T) {
 			continue
 		}
 		schemas[tool.Name] = s
+		if tool.OutputSchema == nil {
+			t.Errorf("%s: no output schema", tool.Name)
+		} else {
+			compileSchema(t, tool.Name, tool.OutputSchema)
+		}
 		// Nothing that decides an approval, by name or by argument.
 		var in struct {
 			Type       string                     `json:"type"`
@@ -239,8 +249,9 @@ func TestMCPTools(t *testing.T) {
 		{"run_action", `{"command": "echo hi", "files": {"in/a.txt": "x"}, "timeout": "30s", "output_result": "out/result.json", "wait": true}`, true},
 		{"run_action", `{"command": ["python3", "main.py"], "files": {"main.py": {"base64": "cHJpbnQoMSkK"}}}`, true},
 		{"run_action", `{"spec": {"version": 1, "steps": [{"run": ["true"]}]}, "wait": false, "wait_timeout": "1m"}`, true},
-		{"run_action", `{"spec": {"version": 1, "steps": [{"run": ["true"], "tiemout": "1s"}]}}`, false},
 		{"run_action", `{"spec": {"version": 2, "steps": [{"run": ["true"]}]}}`, false},
+		{"run_action", `{"spec": {"version": 1, "stepz": [{"run": ["true"]}]}}`, false},
+		{"run_action", `{"spec": {"version": 1, "steps": [{"run": ["true"]}]}, "full": true}`, true},
 		{"run_action", `{"command": "true", "files": {"../x": "y"}}`, false},
 		{"run_action", `{"command": "true", "timeout": "soon"}`, false},
 		{"run_action", `{"command": "true", "approve": true}`, false},
@@ -261,6 +272,18 @@ func TestMCPTools(t *testing.T) {
 		}
 		if r.Valid() != tc.valid {
 			t.Errorf("%s schema on %s: valid %v, want %v: %v", tc.tool, tc.doc, r.Valid(), tc.valid, r.Errors())
+		}
+	}
+	// Deeper than a spec's top-level fields: the spec's schema, by
+	// reference.
+	spec := specSchema(t, cs)
+	for doc, valid := range map[string]bool{
+		`{"version": 1, "steps": [{"run": ["true"]}]}`:                    true,
+		`{"version": 1, "steps": [{"run": ["true"], "tiemout": "1s"}]}`:   false,
+		`{"version": 1, "steps": [{"run": ["true"]}], "principal": "me"}`: false,
+	} {
+		if r, err := spec.Validate(gojsonschema.NewStringLoader(doc)); err != nil || r.Valid() != valid {
+			t.Errorf("airlock://spec-schema on %s: %v, want valid %v (%v)", doc, r, valid, err)
 		}
 	}
 }

@@ -66,6 +66,12 @@ type Run struct {
 	// request stamped it (the API's token name, the MCP server's
 	// -principal); empty when the enqueuer named nobody.
 	Principal string `json:"principal,omitempty"`
+	// TraceID is the W3C trace id of the run (32 lower-case hex digits):
+	// the caller's, when its traceparent reached the worker (the HTTP
+	// request's, Client.Enqueue's context), else one of the worker's own.
+	// Its log lines carry it too (trace_id), and its spans when the
+	// worker exports them. Empty in records of workers without tracing.
+	TraceID string `json:"trace_id,omitempty"`
 	// Action is the catalog action the run ran (worker -actions), and
 	// ActionDigest the SHA-256 of the definition it ran; empty for a
 	// free-form spec.
@@ -185,9 +191,14 @@ type Isolation struct {
 
 // Workspace is what the run's workspace used.
 type Workspace struct {
-	QuotaBytes int64 `json:"quota_bytes"`
-	UsedBytes  int64 `json:"used_bytes"`
-	Full       bool  `json:"full,omitempty"`
+	QuotaBytes int64 `json:"quota_bytes"` // its size: limits.workspace
+	// UsedBytes is what it held after the last step (the blocks allocated,
+	// for every file: the spec's, the downloads, the steps'), measured
+	// before the output is read; Full, that no block or inode was left.
+	UsedBytes int64 `json:"used_bytes"`
+	Full      bool  `json:"full,omitempty"`
+	// InputBytes is the bytes of the spec's inline files the worker wrote
+	// before the first step; the downloads are each Input's Bytes.
 	InputBytes int64 `json:"input_bytes"`
 }
 

@@ -14,6 +14,7 @@ func (s *Spec) Clone() *Spec {
 	}
 	c := *s
 	c.Files = maps.Clone(s.Files)
+	c.FileModes = maps.Clone(s.FileModes)
 	c.Secrets = slices.Clone(s.Secrets)
 	c.Params = slices.Clone(s.Params)
 	if s.MaxRetry != nil {

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/airlock-run/airlock/contract"
 )
@@ -106,20 +107,42 @@ func clipKey(k string) string {
 	return strings.ToValidUTF8(k[:maxKeyText], "") + "…"
 }
 
-// syntaxError names what is wrong with a document json.Valid refused.
+// syntaxError names what is wrong with a document json.Valid refused, and
+// where: "line 3, column 14: invalid character ...".
 func syntaxError(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
-		if err == io.EOF {
+		var se *json.SyntaxError
+		switch {
+		case err == io.EOF:
 			return &FieldError{Field: "spec", Msg: "empty document"}
+		case errors.As(err, &se):
+			// Offset is past the character that is wrong.
+			return &FieldError{Field: "spec", Msg: at(data, se.Offset-1) + cleanJSONError(err)}
+		case err == io.ErrUnexpectedEOF:
+			return &FieldError{Field: "spec", Msg: at(data, int64(len(data))) + "unexpected end of the document", Hint: "a brace, bracket or quote is not closed"}
 		}
 		return &FieldError{Field: "spec", Msg: cleanJSONError(err)}
 	}
+	off := dec.InputOffset()
 	if _, err := dec.Token(); err != io.EOF {
-		return &FieldError{Field: "spec", Msg: "trailing data after the JSON object"}
+		for off < int64(len(data)) && strings.ContainsRune(" \t\r\n", rune(data[off])) {
+			off++
+		}
+		return &FieldError{Field: "spec", Msg: at(data, off) + "trailing data after the JSON object"}
 	}
 	return &FieldError{Field: "spec", Msg: "not a valid JSON document"}
+}
+
+// at says where byte off of data is, as an editor counts: "line 3,
+// column 14: " (lines and columns from 1, columns in characters).
+func at(data []byte, off int64) string {
+	off = max(0, min(off, int64(len(data))))
+	before := data[:off]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
+	return fmt.Sprintf("line %d, column %d: ", line, col)
 }
 
 var rawMessageType = reflect.TypeOf(json.RawMessage{})
@@ -140,7 +163,7 @@ func walk(raw json.RawMessage, t reflect.Type, path string, leaves bool) error {
 			return nil
 		}
 		if err := json.Unmarshal(raw, reflect.New(t).Interface()); err != nil {
-			return &FieldError{Field: name, Msg: cleanJSONError(err)}
+			return fileFieldError(name, err)
 		}
 		return nil
 	}

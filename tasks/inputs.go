@@ -1,55 +1,14 @@
 package tasks
 
 import (
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/airlock-run/airlock/limits"
 )
-
-// File is the content of one of a spec's files: any bytes. In JSON it is a
-// string (UTF-8 text, written as is) or {"base64": "..."} (any bytes,
-// written byte for byte); it is encoded as a string when it is valid UTF-8,
-// else as base64.
-type File string
-
-// UnmarshalJSON reads a string or {"base64": "..."}.
-func (f *File) UnmarshalJSON(data []byte) error {
-	var s string
-	if err := json.Unmarshal(data, &s); err == nil {
-		*f = File(s)
-		return nil
-	}
-	var b struct {
-		Base64 *string `json:"base64"`
-	}
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil || b.Base64 == nil {
-		return errors.New(`want a string, or {"base64": "..."} for bytes that are not UTF-8 text`)
-	}
-	raw, err := base64.StdEncoding.DecodeString(*b.Base64)
-	if err != nil {
-		return fmt.Errorf("base64: %v", err)
-	}
-	*f = File(raw)
-	return nil
-}
-
-// MarshalJSON writes a string when the content is UTF-8, else base64.
-func (f File) MarshalJSON() ([]byte, error) {
-	if utf8.ValidString(string(f)) {
-		return json.Marshal(string(f))
-	}
-	return json.Marshal(map[string]string{"base64": base64.StdEncoding.EncodeToString([]byte(f))})
-}
 
 // Input is a file the worker downloads into the workspace before the first
 // step (never the step: it runs without network).

@@ -80,6 +80,11 @@ type Spec struct {
 	// Session makes the run a session whose steps arrive call by call
 	// (session.go); nil for a one-shot run.
 	Session *Session `json:"session,omitempty"`
+	// FileModes are the modes of files given in JSON in the object form
+	// with "mode" ({"text": "...", "mode": "0755"}): Decode fills it,
+	// MarshalJSON writes those files so, Prepare checks it. A file without
+	// one is written DefaultFileMode (0600).
+	FileModes map[string]FileMode `json:"-"`
 }
 
 // Step is one process run in the task's workspace. Steps run in order; a
@@ -112,6 +117,9 @@ const (
 func Decode(data []byte) (*Spec, error) {
 	var s Spec
 	if err := strictDecode(data, &s); err != nil {
+		return nil, err
+	}
+	if err := s.readModes(data); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -211,13 +219,8 @@ func (s *Spec) prepare(p limits.Policy) error {
 	} else if *s.MaxRetry < 0 || *s.MaxRetry > maxRetryCap {
 		return &FieldError{Field: "max_retry", Msg: fmt.Sprintf("must be between 0 and %d", maxRetryCap)}
 	}
-	if len(s.Files) > maxFiles {
-		return &FieldError{Field: "files", Msg: fmt.Sprintf("%d files, at most %d", len(s.Files), maxFiles)}
-	}
-	for p := range s.Files {
-		if err := CheckPath(fmt.Sprintf("files[%q]", p), p); err != nil {
-			return err
-		}
+	if err := s.prepareFiles(); err != nil {
+		return err
 	}
 	if err := s.prepareSteps(); err != nil {
 		return err

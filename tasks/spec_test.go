@@ -135,12 +135,15 @@ func TestDecodeErrors(t *testing.T) {
 		{"blank input", " \n\t", "spec", "", ""},
 		{"array", `[]`, "spec", "object", ""},
 		{"string", `"spec"`, "spec", "object", ""},
-		{"syntax error", `{"version":1,}`, "spec", "invalid character", ""},
-		{"truncated", `{"version":1`, "spec", "", ""},
-		{"trailing object", `{"version":1} {"version":1}`, "spec", "trailing data", ""},
-		{"trailing brace", `{"version":1}}`, "spec", "trailing data", ""},
+		// Syntax errors say where, as an editor counts (characters).
+		{"syntax error", `{"version":1,}`, "spec", "line 1, column 14: invalid character '}'", ""},
+		{"syntax error on line 3", "{\n  \"version\": 1,\n  \"steps\": [{\"run\": [\"true\"]},]\n}", "spec", "line 3, column 31: invalid character ']'", ""},
+		{"columns in characters", "{\"é\": \"ü\" x}", "spec", "line 1, column 11: invalid character 'x'", ""},
+		{"truncated", "{\"version\":1,\n\"steps\": [", "spec", "line 2, column 11: unexpected end", "not closed"},
+		{"trailing object", `{"version":1} {"version":1}`, "spec", "line 1, column 15: trailing data", ""},
+		{"trailing brace", `{"version":1}}`, "spec", "line 1, column 14: trailing data", ""},
 		{"trailing bracket", `{"version":1}]`, "spec", "trailing data", ""},
-		{"trailing word", "{\"version\":1}\nx", "spec", "trailing data", ""},
+		{"trailing word", "{\"version\":1}\nx", "spec", "line 2, column 1: trailing data", ""},
 		{"trailing number", `{"version":1} 1`, "spec", "trailing data", ""},
 	}
 	for _, tt := range tests {
@@ -170,8 +173,9 @@ func TestDecodeUnknownFieldHintListsKnownFields(t *testing.T) {
 		var out []string
 		rt := reflect.TypeOf(v)
 		for i := 0; i < rt.NumField(); i++ {
-			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
-			out = append(out, name)
+			if name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ","); name != "-" {
+				out = append(out, name)
+			}
 		}
 		return out
 	}
@@ -796,7 +800,7 @@ func TestClone(t *testing.T) {
 // TestCloneCoversEveryField: a field of Spec that holds a reference
 // (map, slice, pointer) must be copied by Clone; add it there, then here.
 func TestCloneCoversEveryField(t *testing.T) {
-	copied := []string{"Files", "Secrets", "Params", "MaxRetry", "Inputs", "Steps", "Output", "Session"}
+	copied := []string{"Files", "FileModes", "Secrets", "Params", "MaxRetry", "Inputs", "Steps", "Output", "Session"}
 	typ := reflect.TypeOf(tasks.Spec{})
 	for i := 0; i < typ.NumField(); i++ {
 		f := typ.Field(i)

@@ -88,10 +88,20 @@ func (w *Workspace) open() (int, error) {
 // an error. With tmpfs, files beyond the quota fail with ENOSPC, in an error
 // that names the file. It returns the bytes written, also on error.
 func (w *Workspace) WriteFiles(files map[string]string) (int64, error) {
+	return w.WriteFilesMode(files, nil)
+}
+
+// WriteFilesMode is WriteFiles with the modes of some files: a file named
+// in modes gets its mode (permission bits only, at most 0777: a mode with
+// other bits is an error, nothing written), the others 0600.
+func (w *Workspace) WriteFilesMode(files map[string]string, modes map[string]fs.FileMode) (int64, error) {
 	names := slices.Sorted(maps.Keys(files))
 	for _, name := range names {
 		if err := checkRel(name); err != nil || name == "." {
 			return 0, fmt.Errorf("write files: %w", errors.Join(err, fmt.Errorf("%w %q", ErrBadPath, name)))
+		}
+		if m, ok := modes[name]; ok && m&^fs.ModePerm != 0 {
+			return 0, fmt.Errorf("write files: %s: mode %s has bits beyond the permissions (at most 0777)", name, m)
 		}
 	}
 	fd, err := w.open()
@@ -101,7 +111,11 @@ func (w *Workspace) WriteFiles(files map[string]string) (int64, error) {
 	defer unix.Close(fd)
 	var total int64
 	for _, name := range names {
-		n, err := w.writeFile(fd, name, strings.NewReader(files[name]), -1, false)
+		mode, ok := modes[name]
+		if !ok {
+			mode = 0o600
+		}
+		n, err := w.writeFile(fd, name, strings.NewReader(files[name]), -1, false, uint32(mode))
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("write %s: %w", name, err)
@@ -143,7 +157,7 @@ func (w *Workspace) writeOne(rel string, r io.Reader, max int64, replace bool) (
 		return 0, fmt.Errorf("write %s: %w", rel, err)
 	}
 	defer unix.Close(fd)
-	n, err := w.writeFile(fd, rel, r, max, replace)
+	n, err := w.writeFile(fd, rel, r, max, replace, 0o600)
 	if err != nil {
 		if !replace {
 			_ = unix.Unlinkat(fd, rel, 0) // openat2-checked above; best effort
@@ -154,8 +168,8 @@ func (w *Workspace) writeOne(rel string, r io.Reader, max int64, replace bool) (
 }
 
 // writeFile writes one file below the workspace open at top, from r, at
-// most max bytes (max < 0: no bound).
-func (w *Workspace) writeFile(top int, rel string, r io.Reader, max int64, replace bool) (n int64, err error) {
+// most max bytes (max < 0: no bound), with the permission bits mode.
+func (w *Workspace) writeFile(top int, rel string, r io.Reader, max int64, replace bool, mode uint32) (n int64, err error) {
 	dir := top
 	if parent := path.Dir(rel); parent != "." {
 		var done []string
@@ -197,7 +211,7 @@ func (w *Workspace) writeFile(top int, rel string, r io.Reader, max int64, repla
 			}
 		}()
 	}
-	if err := unix.Fchmod(fd, 0o600); err != nil { // whatever the umask
+	if err := unix.Fchmod(fd, mode&0o777); err != nil { // whatever the umask
 		return 0, err
 	}
 	if err := unix.Fchown(fd, w.uid, w.gid); err != nil {

@@ -102,7 +102,7 @@ func (w *Worker) canceledBeforeStart(ctx context.Context, rec *record.Run) bool 
 	defer cancel()
 	by, ok, err := cancelrun.Get(rctx, w.cfg.Redis, w.cfg.Prefix, rec.Queue, rec.TaskID)
 	if err != nil {
-		w.log.Warn().Err(err).Str("task_id", rec.TaskID).Msg("read the run's cancel mark")
+		w.log.Warn().Err(err).Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Msg("read the run's cancel mark")
 		return false
 	}
 	if !ok {
@@ -198,7 +198,7 @@ func (w *Worker) archiveCanceled(rec *record.Run) {
 			return
 		}
 		if time.Now().After(deadline) {
-			w.log.Error().Err(err).Str("task_id", rec.TaskID).Msg("archive the canceled run's task; its retry will find its cancel mark")
+			w.log.Error().Err(err).Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Msg("archive the canceled run's task; its retry will find its cancel mark")
 			return
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/tracing"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -67,7 +68,7 @@ func (c *completer) complete(ctx context.Context, rec *record.Run, workerFailed,
 	default:
 		le = c.log.Info()
 	}
-	le.Str("task_id", rec.TaskID).Str("run_id", rec.RunID).Int("attempt", rec.Attempt).
+	le.Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Str("run_id", rec.RunID).Int("attempt", rec.Attempt).
 		Str("state", string(rec.State)).Str("verdict", string(rec.Verdict)).Str("error", rec.Error).
 		Float64("duration_ms", rec.DurationMS).Int64("bytes_written", rec.Workspace.UsedBytes).
 		Int64("input_bytes", rec.Workspace.InputBytes).Int("steps", len(rec.Steps)).Msg("task end")
@@ -91,7 +92,7 @@ func runEvent(rec *record.Run) events.Event {
 
 // eventFailed reports a run's event that could not be appended.
 func (c *completer) eventFailed(rec *record.Run, err error) {
-	c.log.Warn().Err(err).Str("task_id", rec.TaskID).Msg("events")
+	c.log.Warn().Err(err).Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Msg("events")
 	if o := c.obs; o != nil {
 		o.RedisError("events")
 	}
@@ -146,7 +147,7 @@ func (c *completer) store(ctx context.Context, queue, taskID string, b []byte, e
 					// Stale indexes, not wrong ones: readers re-check the
 					// approval's hash, and a promotion of it repairs them
 					// (approve.Store.Reindex).
-					c.log.Warn().Err(cmd.Err()).Str("task_id", taskID).Msg("approval indexes not updated")
+					c.log.Warn().Err(cmd.Err()).Str("task_id", taskID).Str("trace_id", tracing.TraceID(ctx)).Msg("approval indexes not updated")
 					break
 				}
 			}

@@ -13,9 +13,11 @@ import (
 	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/promote"
+	"github.com/airlock-run/airlock/promote/storage"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlock-run/airlock/internal/isolation/sandbox"
 	"github.com/airlock-run/airlock/internal/network/egress"
@@ -57,10 +59,15 @@ type Config struct {
 	// step could connect to it.
 	ROBinds           []string
 	MaxPayload        int           // default tasks.DefaultMaxPayload
-	TaskCheckInterval time.Duration // asynq's idle poll interval; default 10ms
-	ShutdownTimeout   time.Duration // how long shutdown waits before handing tasks back; default 3s
-	Grace             time.Duration // SIGTERM to SIGKILL; default 500ms
-	Logger            zerolog.Logger
+	TaskCheckInterval time.Duration // asynq's pause after a round of polls that found nothing; default 10ms
+	// IdleWait is the longest a poll of empty queues waits for a wake-up
+	// from an enqueuer (internal/redis/wake) before it polls again;
+	// default wake.DefaultMaxIdle (2s). Negative: no waiting, a poll
+	// every TaskCheckInterval.
+	IdleWait        time.Duration
+	ShutdownTimeout time.Duration // how long shutdown waits before handing tasks back; default 3s
+	Grace           time.Duration // SIGTERM to SIGKILL; default 500ms
+	Logger          zerolog.Logger
 
 	// Inputs and secrets.
 	// SecretsDir holds one file per secret name (-secrets-dir); secrets
@@ -89,8 +96,13 @@ type Config struct {
 	// Actions is the operator's catalog (worker -actions): the only
 	// definitions a call ({"action": NAME, "params": ...}) runs. Nil:
 	// the worker runs no action, and refuses every call.
-	Actions     *actions.Catalog
-	Sink        approve.Sink    // default promote.FS{Dir: "airlock-store"}
+	Actions *actions.Catalog
+	Sink    approve.Sink // default promote.FS{Dir: storage.DefaultDir()}
+	// Store is where Sink publishes, as the worker announces it to
+	// readers (queuepolicy.Announce): the store's directory, absolute, or
+	// its s3://bucket/prefix URL. Default: the directory of a promote.FS
+	// Sink, made absolute; "" (none announced) for another Sink.
+	Store       string
 	ApprovalTTL time.Duration   // pending approvals expire after it; default 72h
 	Artifacts   contract.Limits // caps of result and artifacts; defaults in contract
 	MaxStaged   int64           // staged artifact bytes per approval; default 32 MiB
@@ -103,6 +115,12 @@ type Config struct {
 	// a slot, to keep slots for one-shot runs; an open beyond it is
 	// refused (429). Default half the slots, at least 1; negative: none.
 	MaxSessions int
+
+	// TracerProvider makes the spans of runs, decisions and promotions
+	// (package tracing); nil: the global provider, a no-op until a
+	// program installs an SDK (cmd/worker does, by internal/tracing/otlp,
+	// when OTEL_EXPORTER_OTLP_ENDPOINT is set).
+	TracerProvider trace.TracerProvider
 
 	// Observer, when set, is told of every finished attempt, promotion
 	// task and Redis error the worker does not otherwise surface
@@ -185,7 +203,12 @@ func (c *Config) defaults() {
 		c.RiskPolicy = policy.NoPolicy()
 	}
 	if c.Sink == nil {
-		c.Sink = &promote.FS{Dir: "airlock-store"}
+		if dir := storage.DefaultDir(); dir != "" {
+			c.Sink = &promote.FS{Dir: dir}
+		}
+	}
+	if fs, ok := c.Sink.(*promote.FS); ok && c.Store == "" {
+		c.Store, _ = filepath.Abs(fs.Dir)
 	}
 	if c.ApprovalTTL <= 0 {
 		c.ApprovalTTL = 72 * time.Hour

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/internal/secrets"
@@ -60,8 +61,11 @@ type outcome struct {
 // handle is the asynq handler of TypeRun.
 func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 	w.inflight.Add(1)
-	defer w.inflight.Done()
+	w.running.Add(1)
+	defer func() { w.running.Add(-1); w.inflight.Done() }()
 	rec := w.newRecord(ctx)
+	ctx, span := w.startRun(ctx, t, &rec)
+	defer endRun(span, &rec)
 	defer w.watchEnd(rec.TaskID)()
 	out := w.carryOut(ctx, t, &rec)
 	err := w.report(ctx, &rec, out)
@@ -88,7 +92,7 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 	rec.RunID, rec.Queue, rec.MaxRetry, rec.Limits = spec.RunID, spec.Queue, *spec.MaxRetry, spec.Limits
 	rec.Principal = spec.Principal
 	rec.KeptOutput = &record.KeptOutput{MaxBytes: int64(spec.MaxRecordBytes)}
-	w.log.Info().Str("task_id", rec.TaskID).Int("attempt", rec.Attempt).Str("run_id", spec.RunID).
+	w.log.Info().Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Int("attempt", rec.Attempt).Str("run_id", spec.RunID).
 		Str("queue", spec.Queue).Int("steps", len(spec.Steps)).Int("inputs", len(spec.Inputs)).Msg("task start")
 	// A first attempt reads no mark (the per-task path): a cancel that
 	// came before its handler ran is published again by Client.Cancel. A
@@ -148,6 +152,8 @@ type job struct {
 	aid     string // the id its approval gets, if it comes to one
 	secrets *secrets.Set
 	session *heldSession // the session the run holds; nil for a one-shot run
+	// stepSpans counts the step spans started, for their index.
+	stepSpans int
 }
 
 // report is the one place a run's end is reported: the record is stored as
@@ -156,7 +162,7 @@ type job struct {
 func (w *Worker) report(ctx context.Context, rec *record.Run, out outcome) error {
 	ctx, canceled := w.onCancel(ctx, rec, &out)
 	if errors.Is(out.err, errHandedBack) {
-		w.log.Warn().Str("task_id", rec.TaskID).Msg("task interrupted by shutdown; handing it back to the queue")
+		w.log.Warn().Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Msg("task interrupted by shutdown; handing it back to the queue")
 		<-ctx.Done() // asynq requeues the task when its shutdown timeout ends
 		return ctx.Err()
 	}
@@ -284,7 +290,7 @@ func (w *Worker) newRecord(ctx context.Context) record.Run {
 	q, _ := asynq.GetQueueName(ctx)
 	return record.Run{
 		TaskID: id, Queue: q, Attempt: n + 1, StartedAt: time.Now().UTC(),
-		Worker: w.name + " " + Version, Isolation: w.isolation, Steps: []record.Step{},
+		Worker: w.name + " " + airlock.Version, Isolation: w.isolation, Steps: []record.Step{},
 	}
 }
 

@@ -15,10 +15,13 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
 	"github.com/airlock-run/airlock/internal/isolation/cgroup"
 	"github.com/airlock-run/airlock/internal/secrets"
+	"github.com/airlock-run/airlock/internal/tracing"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
@@ -48,8 +51,8 @@ type checked struct {
 // asks the risk policy (decide), then parks or accepts the output
 // (settle). It fills the record.
 func (w *Worker) output(ctx context.Context, j *job, ws *tmpfs.Workspace, deadline time.Time) outcome {
-	spec, rec := j.spec, j.rec
-	c := w.check(ctx, spec, ws, deadline, j.slot)
+	rec := j.rec
+	c := w.checkTraced(ctx, j, ws, deadline)
 	if c.canceled {
 		return outcome{err: errHandedBack}
 	}
@@ -64,9 +67,9 @@ func (w *Worker) output(ctx context.Context, j *job, ws *tmpfs.Workspace, deadli
 		return outcome{}
 	}
 	rec.Artifacts, rec.Refused = c.artifacts.Artifacts, c.artifacts.Refused
-	d := w.decide(j, c)
+	d := w.decideTraced(ctx, j, c)
 	rec.Decision = &d
-	return w.settle(ctx, spec, rec, c, d, j.aid)
+	return w.settleTraced(ctx, j, c, d)
 }
 
 // scrub replaces every form of the run's secrets in the result and the
@@ -241,7 +244,7 @@ func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, 
 	a := &approve.Approval{
 		ID: aid, TaskID: rec.TaskID, RunID: rec.RunID, State: approve.StatePending,
 		Reasons: d.Reasons, Result: c.result, ResultSHA256: rec.ResultSHA256, Artifacts: c.artifacts.Artifacts,
-		Run: summary(spec, rec),
+		Run: summary(spec, rec), TraceParent: tracing.Traceparent(trace.SpanContextFromContext(ctx)),
 	}
 	if d.Action == record.Promote {
 		a.State, a.DecidedBy, a.DecidedAt = approve.StateAccepted, "policy:"+d.Rule, time.Now().UTC()
@@ -283,12 +286,12 @@ func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, 
 	_, _, ops, err := w.promoter.PromoteInline(ctx, stored, c.artifacts.Data, created)
 	switch {
 	case errors.Is(err, approve.ErrRefused):
-		w.log.Error().Err(err).Str("approval_id", stored.ID).Msg("promotion refused")
+		w.log.Error().Err(err).Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Str("approval_id", stored.ID).Msg("promotion refused")
 		rec.Error = err.Error()
 		return outcome{}
 	case err != nil:
 		// The promote task retries it; the record says accepted.
-		w.log.Warn().Err(err).Str("approval_id", stored.ID).Msg("auto-promotion failed; queued for retry")
+		w.log.Warn().Err(err).Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Str("approval_id", stored.ID).Msg("auto-promotion failed; queued for retry")
 		return outcome{promote: stored.ID}
 	}
 	rec.State, rec.PublishedTo = record.StatePromoted, w.cfg.Sink.Where(rec.RunID, rec.TaskID)

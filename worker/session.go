@@ -102,7 +102,7 @@ func (w *Worker) endSession(ctx context.Context, rec *record.Run, h *heldSession
 		_ = w.sessions.Answer(ctx, rec.TaskID, "open", &session.Answer{Status: http.StatusGone, Error: msg, State: session.StateEnded, End: end})
 	}
 	if err := w.sessions.End(ctx, rec.TaskID, end, sessionStateTTL); err != nil {
-		w.log.Error().Err(err).Str("task_id", rec.TaskID).Msg("mark the session ended")
+		w.log.Error().Err(err).Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Msg("mark the session ended")
 	}
 }
 
@@ -133,7 +133,7 @@ func (w *Worker) serveSession(ctx context.Context, j *job, box *sandbox.Slot, ws
 			a.State = session.StateOpen
 		}
 		if err := w.sessions.Answer(ctx, id, callID, a); err != nil {
-			w.log.Error().Err(err).Str("task_id", id).Str("call", callID).Msg("answer a session call")
+			w.log.Error().Err(err).Str("task_id", id).Str("trace_id", rec.TraceID).Str("call", callID).Msg("answer a session call")
 		}
 	}
 	answer("open", &session.Answer{Status: http.StatusCreated, Steps: r.records})

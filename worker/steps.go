@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"path"
 	"strings"
 	"syscall"
 	"time"
@@ -53,16 +55,23 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 	}
 	defer func() {
 		if err := ws.Remove(); err != nil {
-			w.log.Error().Err(err).Str("task_id", rec.TaskID).Msg("remove workspace; renewing the slot's workspace and restarting its helpers")
+			w.log.Error().Err(err).Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Msg("remove workspace; renewing the slot's workspace and restarting its helpers")
 			s.renew(w)
 		}
 	}()
 	rec.Workspace.QuotaBytes = ws.Quota()
 	inline := make(map[string]string, len(spec.Files))
+	var modes map[string]fs.FileMode
 	for p, f := range spec.Files {
 		inline[p] = string(f)
+		if m, ok := spec.FileModes[p]; ok {
+			if modes == nil {
+				modes = map[string]fs.FileMode{}
+			}
+			modes[p] = fs.FileMode(m)
+		}
 	}
-	n, err := ws.WriteFiles(inline)
+	n, err := ws.WriteFilesMode(inline, modes)
 	rec.Workspace.InputBytes = n
 	if err != nil {
 		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictWorkspaceQuota, "write files: "+err.Error()
@@ -73,7 +82,7 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 	}
 	deadline := time.Now().Add(time.Duration(spec.Timeout))
 	if len(spec.Inputs) > 0 {
-		if out, ok := w.fetchInputs(ctx, j, ws, deadline); !ok {
+		if out, ok := w.fetchTraced(ctx, j, ws, deadline); !ok {
 			return out
 		}
 	}
@@ -89,13 +98,15 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 		return outcome{err: err}
 	}
 	rec.State, rec.Verdict, rec.Error = steps.state, steps.verdict, steps.err
-	var out outcome
-	if closed && rec.State == record.StateCompleted && spec.Output != nil && (spec.Output.Result != "" || len(spec.Output.Artifacts) > 0) {
-		out = w.output(ctx, j, ws, deadline)
-	}
+	// Measured before the output is read: the approval's run summary,
+	// and so the manifest of its publication, copies rec.Workspace.
 	used, full, err := ws.Usage()
 	if err == nil {
 		rec.Workspace.UsedBytes, rec.Workspace.Full = used, full
+	}
+	var out outcome
+	if closed && rec.State == record.StateCompleted && spec.Output != nil && (spec.Output.Result != "" || len(spec.Output.Artifacts) > 0) {
+		out = w.output(ctx, j, ws, deadline)
 	}
 	files, truncated, err := ws.List("out", maxListed)
 	if err == nil {
@@ -155,11 +166,11 @@ func (w *Worker) runSteps(ctx context.Context, j *job, box *sandbox.Slot, ws *tm
 	return r, nil
 }
 
-// runStep runs one step in the job's sandbox for at most timeout, keeping
+// sandboxStep runs one step in the job's sandbox for at most timeout, keeping
 // its output from keep, and returns its record entry (its output's
 // secrets redacted) with the sandbox's result. Its error is the worker's
 // failure: the entry then says so when the helper died.
-func (w *Worker) runStep(ctx context.Context, j *job, box *sandbox.Slot, ws *tmpfs.Workspace, st tasks.Step, timeout time.Duration, keep *sandbox.KeepBudget) (record.Step, sandbox.Result, error) {
+func (w *Worker) sandboxStep(ctx context.Context, j *job, box *sandbox.Slot, ws *tmpfs.Workspace, st tasks.Step, timeout time.Duration, keep *sandbox.KeepBudget) (record.Step, sandbox.Result, error) {
 	spec, rec := j.spec, j.rec
 	cpu := time.Duration(spec.Limits.CPUTime)
 	env := st.Env
@@ -193,16 +204,34 @@ func (w *Worker) runStep(ctx context.Context, j *job, box *sandbox.Slot, ws *tmp
 	}
 	_, full, _ := ws.Usage()
 	sr := stepRecord(st, res, full, cpu)
+	if h := execHint(spec, st, sr); h != "" {
+		sr.Error += h
+	}
 	sr.Argv = clipArgv(sr.Argv) // now: a session keeps its steps' entries until its close
 	if sr.Verdict == record.VerdictTimeout && len(sr.LimitsHit) > 0 && sr.Error == "" {
 		sr.Error = hitBeforeTimeout(sr, spec.Limits)
 	}
-	w.log.Info().Str("task_id", rec.TaskID).Str("run_id", spec.RunID).Str("step", st.Name).
+	w.log.Info().Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Str("run_id", spec.RunID).Str("step", st.Name).
 		Str("verdict", string(sr.Verdict)).Interface("exit_code", sr.ExitCode).Str("signal", sr.Signal).
 		Float64("duration_ms", sr.DurationMS).Float64("cpu_ms", sr.CPUMS).Int64("max_rss_kb", sr.MaxRSSKB).
 		Int64("memory_peak_bytes", sr.MemoryPeakBytes).Int64("stdout_bytes", sr.StdoutBytes).
 		Int64("stderr_bytes", sr.StderrBytes).Int("killed_left_behind", res.Killed).Msg("step")
 	return sr, res, nil
+}
+
+// execHint explains a step whose program could not be run because it is
+// one of the spec's files, written without an execute bit: "" otherwise.
+func execHint(spec *tasks.Spec, st tasks.Step, sr record.Step) string {
+	if sr.Verdict != record.VerdictExecError || !strings.Contains(sr.Error, "permission denied") ||
+		len(st.Run) == 0 || !strings.Contains(st.Run[0], "/") || strings.HasPrefix(st.Run[0], "/") {
+		return ""
+	}
+	p := path.Clean(st.Run[0])
+	if _, ok := spec.Files[p]; !ok || spec.Mode(p)&0o111 != 0 {
+		return ""
+	}
+	return fmt.Sprintf(`: files[%q] is written %s, not executable: give it a mode, {"text": "...", "mode": "0755"}, or run it with its interpreter, ["sh", %q]`,
+		p, spec.Mode(p), p)
 }
 
 // redactCaptured is what the record may keep of a captured stream: the
@@ -355,7 +384,7 @@ func (w *Worker) fetchInputs(ctx context.Context, j *job, ws *tmpfs.Workspace, d
 			URL: in.URL, Path: in.Path, MaxBytes: int64(in.MaxBytes), SHA256: in.SHA256, Headers: headers,
 		})
 		j.rec.Inputs = append(j.rec.Inputs, res)
-		w.log.Info().Str("task_id", j.rec.TaskID).Str("url", j.secrets.Redact(res.URL)).Int("status", res.Status).
+		w.log.Info().Str("task_id", j.rec.TaskID).Str("trace_id", j.rec.TraceID).Str("url", j.secrets.Redact(res.URL)).Int("status", res.Status).
 			Int64("bytes", res.Bytes).Float64("duration_ms", res.DurationMS).Str("error", j.secrets.Redact(res.Error)).Msg("input")
 		if err != nil && runCtx.Err() != nil {
 			return outcome{err: errHandedBack}, false // the worker is shutting down

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
 
 	"github.com/hibiken/asynq"
@@ -29,6 +30,7 @@ import (
 	"github.com/airlock-run/airlock/internal/network/netguard"
 	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
 	"github.com/airlock-run/airlock/internal/redis/redislog"
+	"github.com/airlock-run/airlock/internal/redis/wake"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/session"
@@ -41,9 +43,6 @@ const (
 	Strict     = sandbox.Strict     // refuse to start when a tier is missing
 	BestEffort = sandbox.BestEffort // start anyway and say loudly what is missing
 )
-
-// Version is reported in run records and logs.
-var Version = "0.1.0-dev"
 
 // Worker runs tasks. Create it with New, run it with Run.
 type Worker struct {
@@ -82,6 +81,7 @@ type Worker struct {
 	stopping chan struct{} // closed when shutdown starts: running steps are canceled
 	serving  atomic.Bool   // Run takes tasks: its asynq server started, no shutdown yet
 	inflight sync.WaitGroup
+	running  atomic.Int64 // handlers of TypeRun under way: what holds a slot
 
 	// ended maps the task id of each running handler to a channel of
 	// why asynq failed its task, if it did (cancel.go).
@@ -111,6 +111,9 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Redis == nil {
 		return nil, errors.New("worker: Config.Redis is required")
 	}
+	if cfg.Sink == nil {
+		return nil, errors.New("worker: Config.Sink: no default store, as neither $XDG_DATA_HOME nor the home directory is known: give one (worker -store DIR or s3://bucket/prefix)")
+	}
 	if err := sandbox.CheckMode(cfg.Isolation); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -133,19 +136,20 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w.binds = binds
-	guard, err := w.guard(cfg.FetchAllow, true)
+	guard, err := w.guard("-fetch-allow", cfg.FetchAllow, true)
 	if err != nil {
 		return nil, fmt.Errorf("worker: -fetch-allow %w", err)
 	}
 	w.fetcher = fetch.New(guard, cfg.FetchTimeout)
-	if w.egress, err = w.guard(cfg.EgressAllow, false); err != nil {
+	if w.egress, err = w.guard("-egress-allow", cfg.EgressAllow, false); err != nil {
 		return nil, fmt.Errorf("worker: -egress-allow %w", err)
 	}
 	w.secretSrc = secrets.Source{Dir: cfg.SecretsDir}
 	if err := w.confine(); err != nil {
 		return nil, err
 	}
-	w.useStore(approve.NewStore(cfg.Redis, approve.Options{Prefix: cfg.Prefix, TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged, MaxPendingBytes: cfg.MaxPending}))
+	w.useStore(approve.NewStore(cfg.Redis, approve.Options{Prefix: cfg.Prefix, TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged, MaxPendingBytes: cfg.MaxPending,
+		TracerProvider: cfg.TracerProvider}))
 	w.completer = newCompleter(&w.cfg, w.log)
 	w.sessions = session.NewConn(w.cfg.Redis, w.cfg.Prefix)
 	w.asynq = asynq.NewClientFromRedisClient(cfg.Redis)
@@ -156,7 +160,7 @@ func New(cfg Config) (*Worker, error) {
 // promotes through.
 func (w *Worker) useStore(store *approve.Store) {
 	w.approvals = store.Quiet()
-	w.promoter = &approve.Promoter{Store: store, Sink: w.cfg.Sink, Worker: w.name + " " + Version}
+	w.promoter = &approve.Promoter{Store: store, Sink: w.cfg.Sink, Worker: w.name + " " + airlock.Version}
 }
 
 // confine opens the workspace root, asks the isolation plan for the
@@ -194,7 +198,7 @@ func (w *Worker) confine() error {
 		ev = w.log.Warn().Strs("missing", missing)
 	}
 	ev.Interface("isolation", w.isolation).Int("slots", cfg.Concurrency).Str("workspace_root", cfg.WorkspaceRoot).
-		Str("version", Version).Msg("isolation tiers")
+		Str("version", airlock.Version).Msg("isolation tiers")
 	if err := w.plan.Verdict(missing); err != nil {
 		w.closeSlots()
 		mgr.Close()
@@ -280,11 +284,12 @@ func (s *slot) sandboxFor(network bool) (*sandbox.Slot, error) {
 	return s.netBox, s.netErr
 }
 
-// guard builds an address guard from allow-list entries: public addresses
-// open (downloads) or not (egress); the worker's own Redis is refused
-// whatever the entries say, at every address that reaches it.
-func (w *Worker) guard(entries []string, openPublic bool) (*netguard.Guard, error) {
-	g := &netguard.Guard{OpenPublic: openPublic}
+// guard builds an address guard from allow-list entries, those of flag:
+// public addresses open (downloads) or not (egress); the worker's own
+// Redis is refused whatever the entries say, at every address that
+// reaches it. A refusal names flag.
+func (w *Worker) guard(flag string, entries []string, openPublic bool) (*netguard.Guard, error) {
+	g := &netguard.Guard{OpenPublic: openPublic, Flag: flag}
 	for _, e := range entries {
 		r, err := netguard.ParseRule(e)
 		if err != nil {
@@ -384,11 +389,29 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := queuepolicy.PublishActions(ctx, w.cfg.Redis, w.cfg.Prefix, queues, w.cfg.Actions.Infos()); err != nil {
 		return fmt.Errorf("worker: publish the actions' catalog: %w", err)
 	}
+	withdraw, err := w.announce(ctx, queues) // announce.go
+	if err != nil {
+		return err
+	}
+	defer withdraw()
+	// An idle worker polls its queues once per -idle-wait, and at once
+	// when an enqueuer wakes it.
+	var waiter *wake.Waiter
+	if w.cfg.IdleWait >= 0 {
+		waiter = wake.New(w.cfg.Redis, w.cfg.Prefix, queues, w.cfg.IdleWait)
+		if err := waiter.Start(ctx); err != nil {
+			return fmt.Errorf("worker: subscribe to the queues' wake-ups: %w", err)
+		}
+		defer waiter.Stop()
+		w.cfg.Redis.AddHook(waiter.Hook())
+	}
 	srv := asynq.NewServerFromRedisClient(w.cfg.Redis, asynq.Config{
-		Concurrency:              w.cfg.Concurrency,
-		Queues:                   w.cfg.Queues,
-		TaskCheckInterval:        w.cfg.TaskCheckInterval,
-		DelayedTaskCheckInterval: time.Second,
+		Concurrency:       w.cfg.Concurrency,
+		Queues:            w.cfg.Queues,
+		TaskCheckInterval: w.cfg.TaskCheckInterval,
+		// Scheduled and retry tasks are moved to their queue within 5s
+		// (asynq's default); the move wakes the idle polls (wake).
+		DelayedTaskCheckInterval: 5 * time.Second,
 		ShutdownTimeout:          w.cfg.ShutdownTimeout,
 		RetryDelayFunc:           w.delayRetry,
 		ErrorHandler:             asynq.ErrorHandlerFunc(w.asynqFailed),
@@ -421,6 +444,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer limit.Stop()
 	stopped := make(chan struct{})
 	go func() {
+		if waiter != nil {
+			waiter.Stop() // a held poll keeps one of asynq's tokens
+		}
 		srv.Stop()
 		srv.Shutdown()
 		w.inflight.Wait()
@@ -430,6 +456,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-stopped:
 		w.log.Info().Msg("worker stopped")
 	case <-limit.C:
+		if w.running.Load() == 0 {
+			// No run holds a slot: only asynq's own shutdown lags (its
+			// last writes to a Redis that does not answer). The slots
+			// and workspaces are cleaned up as on a clean stop.
+			w.log.Warn().Dur("after", w.cfg.ShutdownTimeout+w.cfg.Grace).Msg("asynq's shutdown is still waiting on Redis: stopping without it")
+			break
+		}
 		abandoned = true
 		w.log.Error().Dur("after", w.cfg.ShutdownTimeout+w.cfg.Grace).Msg("tasks still running past -shutdown-timeout and -grace: stopping without them")
 	}

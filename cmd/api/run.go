@@ -17,7 +17,7 @@ import (
 	"github.com/airlock-run/airlock/frontend/httpapi"
 	"github.com/airlock-run/airlock/frontend/webhook"
 	"github.com/airlock-run/airlock/internal/cli"
-	"github.com/airlock-run/airlock/internal/redis/redisconn"
+	"github.com/airlock-run/airlock/internal/tracing/otlp"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -57,6 +57,7 @@ flags:
 type options struct {
 	addr, tokens               string
 	redis                      *cli.Redis // -redis, -prefix
+	store                      string     // -store: where the result route reads
 	tlsCert, tlsKey            string
 	maxPayload                 int
 	retention, shutdownTimeout time.Duration
@@ -89,6 +90,12 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		log.Warn().Str("file", o.tokens).Str("mode", fi.Mode().Perm().String()).
 			Msg("the token file is readable by others: chmod 600 it (or keep only sha256: hashes in it)")
 	}
+	stopTracing, err := otlp.Start(ctx, "airlock-api", airlock.Version, log)
+	if err != nil {
+		cli.PrintError(stdout, stderr, "api", false, err, "", exitUsage)
+		return exitUsage
+	}
+	defer stopTracing()
 	if err := serve(ctx, o, tokens, log); err != nil {
 		cli.PrintError(stdout, stderr, "api", false, err, "", exitError)
 		return exitError
@@ -102,6 +109,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on (port 0: a free port, logged)")
 	o.redis = cli.RedisFlags(fs)
 	fs.StringVar(&o.tokens, "tokens", "", "token file: NAME SCOPE[,SCOPE...] TOKEN per line (required)")
+	fs.StringVar(&o.store, "store", "", "where GET /v1/runs/{id}/result reads promoted outputs: the workers' -store as seen from here (a directory, or s3://bucket/prefix); default: where each run's record says, in the store its queue's workers announce")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs -tls-key")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of -tls-cert")
 	fs.IntVar(&o.maxPayload, "max-payload", tasks.DefaultMaxPayload, "largest spec accepted, in bytes: caps the body of POST /v1/runs (the worker's -max-payload)")
@@ -157,13 +165,13 @@ func hashToken(stdin io.Reader, stdout, stderr io.Writer) int {
 
 // serve runs the server until ctx ends, then shuts it down.
 func serve(ctx context.Context, o options, tokens *httpapi.Tokens, log zerolog.Logger) error {
-	rdb, cfg, err := redisconn.Open(o.redis.URL)
+	rdb, cfg, err := o.redis.Open()
 	if err != nil {
-		return fmt.Errorf("-redis: %w", err)
+		return err
 	}
 	defer rdb.Close()
 	h, err := httpapi.New(rdb, httpapi.Options{
-		Prefix: o.redis.Prefix, Retention: o.retention, MaxPayload: o.maxPayload, Tokens: tokens, Log: &log,
+		Prefix: o.redis.Prefix, Retention: o.retention, MaxPayload: o.maxPayload, Tokens: tokens, Log: &log, Store: o.store,
 	})
 	if err != nil {
 		return err
@@ -184,7 +192,7 @@ func serve(ctx context.Context, o options, tokens *httpapi.Tokens, log zerolog.L
 	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		// Not fatal: Redis may come later; /healthz and every call say so.
-		log.Warn().Str("redis", cfg.String()).Err(err).Msg("Redis does not answer (yet): calls fail with 503 until it does")
+		log.Warn().Str("redis", cfg.String()).Str("redis_from", o.redis.Source().String()).Err(o.redis.Explain(err)).Msg("Redis does not answer (yet): calls fail with 503 until it does")
 	}
 	pcancel()
 	errc := make(chan error, 1)
@@ -203,7 +211,7 @@ func serve(ctx context.Context, o options, tokens *httpapi.Tokens, log zerolog.L
 		}
 	}()
 	log.Info().Str("addr", ln.Addr().String()).Str("url", scheme+"://"+ln.Addr().String()).
-		Str("redis", cfg.String()).Int("tokens", tokens.Len()).Msg("api started")
+		Str("redis", cfg.String()).Str("redis_from", o.redis.Source().String()).Int("tokens", tokens.Len()).Msg("api started")
 wait:
 	for {
 		select {

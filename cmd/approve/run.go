@@ -17,7 +17,6 @@ import (
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/internal/cli"
-	"github.com/airlock-run/airlock/internal/redis/redisconn"
 )
 
 // Exit codes of Run.
@@ -114,10 +113,20 @@ func globalFlags(fs *flag.FlagSet, o *options) {
 
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "usage: approve [flags] COMMAND [flags] [ID]")
-	fmt.Fprintln(w, "\ncommands:")
+	fmt.Fprintln(w, "\ncommands (and their own flags):")
 	for _, name := range commandOrder {
 		c := commands[name]
 		fmt.Fprintf(w, "  %-16s %s\n", strings.TrimSpace(name+" "+c.args), c.help)
+		if c.flags != nil {
+			own := flag.NewFlagSet("approve "+name, flag.ContinueOnError)
+			c.flags(own, &options{})
+			var b strings.Builder
+			own.SetOutput(&b)
+			own.PrintDefaults()
+			for _, l := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+				fmt.Fprintf(w, "    %s\n", l)
+			}
+		}
 	}
 	fmt.Fprintln(w, "\nflags (before or after the command):")
 	fs.SetOutput(w)
@@ -142,6 +151,10 @@ func run(ctx context.Context, args []string, e *env) int {
 		msg := strings.TrimPrefix(err.Error(), "approve: ")
 		msg = strings.TrimPrefix(msg, name+": ")
 		prog := strings.TrimSpace("approve " + name)
+		if code == exitError {
+			// A Redis connection error says which URL, and from where.
+			msg = o.redis.Explain(&trimmed{msg, err}).Error()
+		}
 		cli.PrintError(e.stdout, e.stderr, prog, o.json, errors.New(msg), "", code)
 		return code
 	}
@@ -213,6 +226,19 @@ func parseInterspersed(fs *flag.FlagSet, args []string, e *env) ([]string, error
 	}
 }
 
+// trimmed is err said as msg (without the store's package name), which
+// cli.Redis.Explain can still look into.
+type trimmed struct {
+	msg string
+	err error
+}
+
+// Error is the trimmed message.
+func (t *trimmed) Error() string { return t.msg }
+
+// Unwrap is the error as the store gave it.
+func (t *trimmed) Unwrap() error { return t.err }
+
 // usageError is a bad flag value found by a command: exit 2.
 type usageError struct{ error }
 
@@ -241,9 +267,9 @@ func (c *session) connect() (*approve.Store, error) {
 	if c.store != nil {
 		return c.store, nil
 	}
-	rdb, _, err := redisconn.Open(c.o.redis.URL)
+	rdb, _, err := c.o.redis.Open()
 	if err != nil {
-		return nil, fmt.Errorf("-redis: %w", err)
+		return nil, err
 	}
 	c.rdb = rdb
 	c.store = approve.NewStore(c.rdb, approve.Options{Prefix: c.o.redis.Prefix, Now: c.now})
@@ -378,7 +404,7 @@ func (c *session) enqueue(ctx context.Context, a *approve.Approval) error {
 
 func (c *session) reject(ctx context.Context, args []string) error {
 	if strings.TrimSpace(c.o.comment) == "" {
-		return errors.New("-comment TEXT is required: say why it is rejected")
+		return usageError{errors.New("-comment TEXT is required: say why it is rejected")}
 	}
 	by, err := c.decider()
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/hibiken/asynq"
 	"go.uber.org/goleak"
 
+	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/approve/approvetest"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
@@ -251,8 +252,14 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"history", "ap-nope"}, 3, "", "approval not found"},
 		{[]string{"accept", "ap-nope", "-by", "carol"}, 3, "", "approval not found"},
 		{[]string{"reject", "ap-nope", "-by", "carol", "-comment", "x"}, 3, "", "approval not found"},
-		{[]string{"reject", "ap-1b2c3d4e5f60", "-by", "carol"}, 1, "", "-comment TEXT is required"},
-		{[]string{"reject", "ap-1b2c3d4e5f60", "-comment", " "}, 1, "", "-comment TEXT is required"},
+		// A reject without -comment is a usage error (exit 2), as the README says.
+		{[]string{"reject", "ap-1b2c3d4e5f60", "-by", "carol"}, 2, "", "approve reject: -comment TEXT is required: say why it is rejected\n"},
+		{[]string{"reject", "ap-1b2c3d4e5f60", "-comment", " "}, 2, "", "-comment TEXT is required"},
+		{[]string{"-json", "reject", "ap-1b2c3d4e5f60"}, 2, `{"error":"-comment TEXT is required: say why it is rejected","code":2}` + "\n", ""},
+		{[]string{"-version"}, 0, airlock.Version + "\n", ""},
+		{[]string{"list", "-version"}, 0, airlock.Version + "\n", ""},
+		// A connection error names the URL and where it came from.
+		{[]string{"-redis", "127.0.0.1:1", "list"}, 1, "", "approve list: Redis redis://127.0.0.1:1/0 (from -redis): "},
 		{[]string{"accept", "ap-4e5f60718293", "-by", "carol"}, 4, "",
 			"approval ap-4e5f60718293 was already accepted by alice at 2026-12-02T14:00:00Z"},
 		{[]string{"reject", "ap-5f6071829304", "-by", "carol", "-comment", "no"}, 4, "",
@@ -506,5 +513,27 @@ func TestFormat(t *testing.T) {
 	pos, err := parseInterspersed(fs, []string{"ID", "-comment", "ok", "-json", "--", "-x"}, &env{stdout: io.Discard, stderr: io.Discard})
 	if err != nil || !cmp.Equal(pos, []string{"ID", "-x"}) || *c != "ok" || !*j {
 		t.Errorf("parseInterspersed: %q, %v, comment %q, json %v", pos, err, *c, *j)
+	}
+}
+
+// TestHelpListsCommandFlags: approve -h lists each command's own flags
+// under it, not only the global ones.
+func TestHelpListsCommandFlags(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	if code := Run(context.Background(), []string{"-h"}, strings.NewReader(""), &out, &errOut); code != 0 {
+		t.Fatalf("-h: exit %d", code)
+	}
+	help := out.String()
+	// Each command line, then its flags, before the next command.
+	order := []string{"\n  list ", "-limit int", "-state string", "\n  show ID ", "\n  accept ID ", "-comment string", "why (optional)",
+		"\n  reject ID ", "-comment string", "why (required)", "\n  watch ", "-since string", "\n  history ID ", "flags (before or after the command):", "-redis URL", "-version"}
+	at := 0
+	for _, s := range order {
+		i := strings.Index(help[at:], s)
+		if i < 0 {
+			t.Fatalf("approve -h: %q missing after offset %d:\n%s", s, at, help)
+		}
+		at += i + len(s)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/internal/cli"
+	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -43,6 +44,7 @@ type options struct {
 	listActions bool
 	action      string // -action: a call of this action, without a spec file
 	params      string
+	store       string // -store: where -result reads, overriding the record
 }
 
 const usageText = `usage: enqueue [flags] SPEC.json|-     enqueue a spec (- reads it from stdin)
@@ -88,7 +90,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			cli.PrintError(stdout, stderr, "enqueue", o.json, fmt.Errorf("spec rejected: %s", fe.Error()), fe.Field, exitRejected)
 			return exitRejected
 		}
-		cli.PrintError(stdout, stderr, "enqueue", o.json, err, "", exitError)
+		cli.PrintError(stdout, stderr, "enqueue", o.json, o.redis.Explain(err), "", exitError)
 		return exitError
 	}
 	return exitOK
@@ -110,10 +112,13 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.listActions, "list-actions", false, "list the actions the workers of -queue (default \"default\") publish: name, params schema, description (with -json: the catalog as JSON)")
 	fs.StringVar(&o.action, "action", "", "enqueue a call of this operator-defined action (worker -actions) instead of a spec file")
 	fs.StringVar(&o.params, "params", "", "with -action: its params, a JSON object")
+	fs.StringVar(&o.store, "store", "", "with -result: read the output in this store, the workers' -store as seen from here (a directory, or s3://bucket/prefix); default: where the run's record says, in the store its queue's workers announce")
 	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return o, err
 	}
 	switch {
+	case o.store != "" && o.resultID == "":
+		return o, errors.New("-store: only with -result (see -h)")
 	case o.cancelID != "" && (fs.NArg() != 0 || o.waitID != "" || o.resultID != "" || o.action != "" || o.listActions || o.wait != ""):
 		return o, errors.New("-cancel takes no spec, -wait, -wait-id, -result, -action or -list-actions (see -h)")
 	case o.cancelID != "" && o.principal != "" && !tasks.ValidPrincipal(o.principal):
@@ -162,11 +167,12 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 }
 
 func run(ctx context.Context, o options, stdin io.Reader, stdout, stderr io.Writer) error {
-	c, err := airlock.Dial(o.redis.URL, airlock.ClientOptions{Retention: o.retention, Prefix: o.redis.Prefix, Principal: o.principal})
+	rdb, _, err := o.redis.Open()
 	if err != nil {
-		return fmt.Errorf("-redis: %w", err)
+		return err
 	}
-	defer c.Close()
+	defer rdb.Close()
+	c := airlock.NewClient(rdb, airlock.ClientOptions{Retention: o.retention, Prefix: o.redis.Prefix, Principal: o.principal, Store: o.store})
 	if o.cancelID != "" {
 		rec, err := c.Cancel(ctx, o.queue, o.cancelID)
 		if err != nil {
@@ -212,6 +218,10 @@ func run(ctx context.Context, o options, stdin io.Reader, stdout, stderr io.Writ
 		if enq.Duplicate && !o.json {
 			fmt.Fprintf(stderr, "enqueue: duplicate: idempotency_key %q matches task %s (run_id %s) in queue %q; nothing enqueued\n",
 				spec.IdempotencyKey, enq.TaskID, enq.RunID, enq.Queue)
+		}
+		if enq.NoWorker {
+			fmt.Fprintf(stderr, "enqueue: warning: no worker serves queue %q (none announced itself in the last %s): task %s waits until one starts (worker -queues %s)\n",
+				enq.Queue, queuepolicy.AnnounceTTL, enq.TaskID, enq.Queue)
 		}
 		if o.wait == "" {
 			if o.json {

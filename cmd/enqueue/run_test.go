@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/airlock-run/airlock"
 	"github.com/hibiken/asynq"
 	"go.uber.org/goleak"
 
@@ -125,8 +127,10 @@ func TestEnqueue(t *testing.T) {
 		q := redistest.Queue(t)
 		got := enqueueCmd(t, validSpec, path, "-queue", q, "-retention", "1h")
 		id := strings.TrimSuffix(got.Stdout, "\n")
-		if got.Code != 0 || got.Stderr != "" || id == "" || strings.Contains(id, "\n") {
-			t.Fatalf("spec from %q: got %+v, want exit 0 and one line: the task id", path, got)
+		// No worker serves q: said on stderr, the exit status unchanged.
+		warning := fmt.Sprintf("enqueue: warning: no worker serves queue %q (none announced itself in the last 30s): task %s waits until one starts (worker -queues %s)\n", q, id, q)
+		if got.Code != 0 || got.Stderr != warning || id == "" || strings.Contains(id, "\n") {
+			t.Fatalf("spec from %q: got %+v, want exit 0, one line, the task id, and the warning", path, got)
 		}
 		info, err := asynq.NewInspectorFromRedisClient(redistest.Client(t)).GetTaskInfo(q, id)
 		if err != nil {
@@ -163,6 +167,7 @@ func TestDuplicate(t *testing.T) {
 	t.Parallel()
 	q := redistest.Queue(t)
 	spec := `{"version": 1, "idempotency_key": "order-7", "steps": [{"run": ["true"]}]}`
+	announce(t, q)
 	first := enqueueCmd(t, spec, "", "-queue", q)
 	again := enqueueCmd(t, spec, "", "-queue", q)
 	if first.Code != 0 || first.Stderr != "" {
@@ -176,6 +181,7 @@ func TestDuplicate(t *testing.T) {
 // fakeWorker serves q, storing a record of state and verdict and returning
 // ret.
 func fakeWorker(t *testing.T, q string, state record.State, verdict record.Verdict, ret error) {
+	announce(t, q)
 	redistest.Serve(t, q, func(ctx context.Context, task *asynq.Task) error {
 		var s tasks.Spec
 		if err := json.Unmarshal(task.Payload(), &s); err != nil {
@@ -262,11 +268,14 @@ func TestRedisErrors(t *testing.T) {
 	for _, tc := range []struct {
 		url, stderr string
 	}{
-		{"redis://127.0.0.1:1", "connection refused"},
+		// A connection error names the URL and where it came from.
+		{"redis://127.0.0.1:1", "enqueue: Redis redis://127.0.0.1:1 (from -redis): airlock: "},
+		{"127.0.0.1:1", "enqueue: Redis redis://127.0.0.1:1/0 (from -redis): airlock: "}, // HOST:PORT: redis://HOST:PORT/0
 		{"http://127.0.0.1:6379", "enqueue: -redis: "},
+		{"localhost", `enqueue: -redis: "localhost" has no scheme: write redis://localhost (HOST:PORT alone is read as redis://HOST:PORT/0)`},
 	} {
 		got := runArgs(t, "", "-redis", tc.url, spec)
-		if got.Code != 1 || got.Stdout != "" || !strings.Contains(got.Stderr, tc.stderr) {
+		if got.Code != 1 || got.Stdout != "" || !strings.HasPrefix(got.Stderr, tc.stderr) || (strings.Contains(tc.url, ":1") && !strings.Contains(got.Stderr, "connection refused")) {
 			t.Errorf("-redis %s: got %+v, want exit 1 and %q", tc.url, got, tc.stderr)
 		}
 	}
@@ -288,6 +297,9 @@ func TestUsage(t *testing.T) {
 		{[]string{"-bogus", "-"}, 2, "", "enqueue: flag provided but not defined: -bogus (see enqueue -h)\n"},
 		// -h prints the usage on stdout and exits 0.
 		{[]string{"-h"}, 0, "usage: enqueue [flags] SPEC.json|-", ""},
+		// -version prints the one version string.
+		{[]string{"-version"}, 0, airlock.Version + "\n", ""},
+		{[]string{"-store", "/s", "-"}, 2, "", "enqueue: -store: only with -result (see -h)\n"},
 		// -json errors are JSON on stdout.
 		{[]string{"-json", "-wait-timeout", "0", "-"}, 2, `{"error":"-wait-timeout: must be positive","code":2}` + "\n", ""},
 	} {
@@ -319,5 +331,14 @@ func TestRedisURLFromEnv(t *testing.T) {
 	got := runArgs(t, validSpec, "-queue", q, "-")
 	if got.Code != 0 {
 		t.Errorf("got %+v, want the task enqueued in the Redis of $REDIS_URL", got)
+	}
+}
+
+// announce says that a worker serves q, as a worker does while it runs.
+func announce(t *testing.T, q string) {
+	t.Helper()
+	a := queuepolicy.Announcement{Worker: "test/1", Store: t.TempDir()}
+	if err := queuepolicy.Announce(context.Background(), redistest.Client(t), "", []string{q}, a, time.Now()); err != nil {
+		t.Fatal(err)
 	}
 }

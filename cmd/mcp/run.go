@@ -20,7 +20,6 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/frontend/mcpserver"
 	"github.com/airlock-run/airlock/internal/cli"
-	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -55,6 +54,7 @@ flags:
 
 type options struct {
 	redis                     *cli.Redis // -redis, -prefix
+	store                     string     // -store: where get_result reads
 	principal                 string
 	queues                    []string
 	httpAddr, tokenFile       string
@@ -95,6 +95,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	o.redis = cli.RedisFlags(fs)
 	fs.StringVar(&queues, "queue", mcpserver.DefaultQueue, "queue run_action enqueues in, and the tools read, by default; a comma-separated list allows a spec or a call to name one of the others (the first is the default; no other queue can be reached)")
 	fs.StringVar(&o.principal, "principal", mcpserver.DefaultPrincipal, "who asks for every run this server enqueues: stamped as the spec's principal (run record, events, approvals; policy rules on principal match it); agents cannot set it. 1-64 of [A-Za-z0-9._@+-]")
+	fs.StringVar(&o.store, "store", "", "where get_result reads promoted outputs: the workers' -store as seen from here (a directory, or s3://bucket/prefix); default: where each run's record says, in the store its queue's workers announce")
 	fs.StringVar(&o.httpAddr, "http", "", "serve streamable HTTP at http://ADDR/mcp instead of stdio (port 0: a free port, logged)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "with -http: file holding the bearer token clients must send (at least 16 characters); required unless ADDR is loopback")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "with -http: serve HTTPS with this PEM certificate (chain) file; needs -tls-key")
@@ -192,11 +193,11 @@ func loopback(addr string) (bool, error) {
 // serve runs the server on stdio, or over HTTP with -http, until the
 // client goes (stdio) or ctx ends.
 func serve(ctx context.Context, o options, stdin io.Reader, stdout io.Writer, log zerolog.Logger) error {
-	rdb, cfg, err := redisconn.Open(o.redis.URL)
+	rdb, cfg, err := o.redis.Open()
 	if err != nil {
-		return fmt.Errorf("-redis: %w", err)
+		return err
 	}
-	c := airlock.NewClient(rdb, airlock.ClientOptions{Prefix: o.redis.Prefix, Retention: o.retention, Principal: o.principal})
+	c := airlock.NewClient(rdb, airlock.ClientOptions{Prefix: o.redis.Prefix, Retention: o.retention, Principal: o.principal, Store: o.store})
 	defer rdb.Close()
 	defer c.Close()
 	srv, err := mcpserver.New(c, mcpserver.Options{Queues: o.queues, MaxWait: o.maxWait, Log: log, Principal: o.principal})
@@ -206,11 +207,11 @@ func serve(ctx context.Context, o options, stdin io.Reader, stdout io.Writer, lo
 	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		// Not fatal: Redis may come later; every call says so meanwhile.
-		log.Warn().Str("redis", cfg.String()).Err(err).Msg("Redis does not answer (yet): tool calls fail until it does")
+		log.Warn().Str("redis", cfg.String()).Str("redis_from", o.redis.Source().String()).Err(o.redis.Explain(err)).Msg("Redis does not answer (yet): tool calls fail until it does")
 	}
 	pcancel()
 	if o.httpAddr == "" {
-		log.Info().Str("transport", "stdio").Str("redis", cfg.String()).Strs("queues", o.queues).
+		log.Info().Str("transport", "stdio").Str("redis", cfg.String()).Str("redis_from", o.redis.Source().String()).Strs("queues", o.queues).
 			Dur("max_wait", o.maxWait).Msg("mcp started")
 		err := srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{stdout}})
 		if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
@@ -265,7 +266,7 @@ func serveHTTP(ctx context.Context, o options, srv *mcp.Server, redis string, lo
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info().Str("transport", "http").Str("addr", ln.Addr().String()).
 		Str("url", scheme+"://"+ln.Addr().String()+"/mcp").Bool("token", o.token != "").
-		Str("redis", redis).Strs("queues", o.queues).Dur("max_wait", o.maxWait).Msg("mcp started")
+		Str("redis", redis).Str("redis_from", o.redis.Source().String()).Strs("queues", o.queues).Dur("max_wait", o.maxWait).Msg("mcp started")
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving: %w", err)

@@ -29,6 +29,7 @@ import (
 	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/internal/redis/devredis"
 	"github.com/airlock-run/airlock/policy"
+	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/worker"
 )
 
@@ -40,7 +41,8 @@ type devMode struct {
 	redis     *devredis.Server
 	removeURL func() // removes cli.DevURLFile
 	partner   *devPartner
-	ownPolicy bool // -policy given: dev mode grants nothing
+	ownPolicy bool   // -policy given: dev mode grants nothing
+	store     string // where promoted outputs go (worker.Config.Store), for the demo's last line
 }
 
 // startDev starts dev mode's embedded Redis (on -dev-addr, or a free port
@@ -103,6 +105,7 @@ func (d *devMode) close() {
 // catalog unless -actions defines one of its name, and, without -policy,
 // sets devPolicy.
 func (d *devMode) configure(cfg *worker.Config) error {
+	d.store = cfg.Store
 	if _, taken := cfg.Actions.Lookup(csvreport.Name); !taken {
 		a, err := csvreport.Action(d.partner.url, cfg.Policy)
 		if err != nil {
@@ -203,9 +206,12 @@ func (d *devMode) demo(ctx context.Context, rdb redis.UniversalClient, prefix st
 				enc := json.NewEncoder(stdout)
 				enc.SetIndent("", "  ")
 				_ = enc.Encode(rec)
-				ev := log.Info().Str("state", string(rec.State)).Str("verdict", string(rec.Verdict))
+				ev := log.Info().Str("state", string(rec.State)).Str("verdict", string(rec.Verdict)).Str("store", d.store)
 				if rec.ApprovalID != "" {
-					ev = ev.Str("approval_id", rec.ApprovalID).Str("next", "approve accept "+rec.ApprovalID)
+					ev = ev.Str("approval_id", rec.ApprovalID)
+				}
+				if next := demoNext(rec); next != "" {
+					ev = ev.Str("next", next)
 				}
 				ev.Msg("demo (csv-report) done; the worker keeps serving (Ctrl-C to stop)")
 				return
@@ -215,4 +221,17 @@ func (d *devMode) demo(ctx context.Context, rdb redis.UniversalClient, prefix st
 	if ctx.Err() == nil {
 		log.Error().Err(err).Msg("demo task")
 	}
+}
+
+// demoNext is what the demo's last line tells the newcomer to do next:
+// accept a parked output, read a promoted one back, nothing for a run
+// that ended otherwise.
+func demoNext(rec *record.Run) string {
+	switch rec.State {
+	case record.StateParked:
+		return "approve accept " + rec.ApprovalID + ", then enqueue -result " + rec.TaskID
+	case record.StatePromoted:
+		return "enqueue -result " + rec.TaskID + " (promoted by the policy: nothing to approve)"
+	}
+	return ""
 }

@@ -4,18 +4,24 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/user"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/rs/zerolog"
 
+	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/contract"
@@ -24,6 +30,8 @@ import (
 	"github.com/airlock-run/airlock/internal/network/egress"
 	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/internal/redis/redislog"
+	"github.com/airlock-run/airlock/internal/redis/wake"
+	"github.com/airlock-run/airlock/internal/tracing/otlp"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/promote/storage"
@@ -37,6 +45,7 @@ type options struct {
 	uidRange, uidLockDir, logFormat, logLevel, devAddr          string
 	concurrency, maxPayload, maxSessions                        int
 	timeout, maxTimeout, checkInterval, shutdownTimeout, grace  time.Duration
+	idleWait                                                    time.Duration
 	allowNetwork, landlock, dev                                 bool
 	policyFile, storeDir, cgroupMode, storeGroup, prefix        string
 	actionsDir                                                  string
@@ -78,7 +87,7 @@ flags:
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env REDIS_URL): redis://, rediss://, redis+sentinel://, redis+cluster:// (docs/redis.md)")
+	fs.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", cli.DefaultURL), "Redis URL (env REDIS_URL): redis://, rediss://, redis+sentinel://, redis+cluster://, or HOST:PORT for redis://HOST:PORT/0 (docs/redis.md)")
 	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis (approvals, events, published limits); clients and CLIs must use the same")
 	fs.IntVar(&o.concurrency, "concurrency", 2, "tasks run at once (one slot, uid and helper each)")
 	fs.IntVar(&o.maxSessions, "max-sessions", 0, "sessions held at once, each on a slot (0: half the slots, at least 1; -1: no bound); an open beyond it answers 429, keeping slots for one-shot runs")
@@ -100,7 +109,8 @@ flags:
 	fs.StringVar(&o.cgroupMode, "cgroup", "auto", "auto: limit each step's memory and processes with a cgroup (v2 where delegated, else v1); off: RLIMIT_AS and RLIMIT_NPROC only (strict isolation refuses it)")
 	fs.Var(&o.roBinds, "ro-bind", "SRC[:DST]: add a host directory or file, read-only, to every step's view (repeatable; e.g. /opt/node)")
 	fs.IntVar(&o.maxPayload, "max-payload", tasks.DefaultMaxPayload, "largest spec accepted, bytes")
-	fs.DurationVar(&o.checkInterval, "task-check-interval", 10*time.Millisecond, "idle queue poll interval (asynq's default of 1s makes idle latency ~600ms)")
+	fs.DurationVar(&o.checkInterval, "task-check-interval", 10*time.Millisecond, "pause after a round of polls that found the queues empty")
+	fs.DurationVar(&o.idleWait, "idle-wait", wake.DefaultMaxIdle, "longest a poll of empty queues waits for an enqueuer's wake-up before polling again (0: no waiting, a poll every -task-check-interval)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 3*time.Second, "wait on shutdown before unfinished tasks are handed back")
 	fs.DurationVar(&o.grace, "grace", 500*time.Millisecond, "time between SIGTERM and SIGKILL when a step is stopped")
 	fs.StringVar(&o.secretsDir, "secrets-dir", "", "directory of secret files, one per name (a spec's secrets come from there, or from $AIRLOCK_SECRET_<NAME>; the file wins)")
@@ -109,7 +119,7 @@ flags:
 	fs.DurationVar(&o.fetchTimeout, "fetch-timeout", 5*time.Minute, "bound of one input download (within the task's deadline)")
 	fs.StringVar(&o.policyFile, "policy", "", "risk policy file (JSON or YAML); without one every output is parked")
 	fs.StringVar(&o.actionsDir, "actions", "", "directory of action definitions, one file per action (NAME.yaml, NAME.yml or NAME.json): the only actions callers may ask for by name")
-	fs.StringVar(&o.storeDir, "store", "airlock-store", "where promoted outputs are published: a directory (<store>/<run_id>/<task_id>/, 0700/0600), or s3://bucket/prefix, an S3-compatible store configured by the AWS environment (AWS_ENDPOINT_URL_S3, AWS_REGION, AWS_ACCESS_KEY_ID...; docs/policy-and-approvals.md#promotion-exactly-once)")
+	fs.StringVar(&o.storeDir, "store", storage.DefaultDir(), "where promoted outputs are published, announced in Redis for readers (enqueue -result, api, mcp): a directory (<store>/<run_id>/<task_id>/, 0700/0600; a relative one is made absolute; default /var/lib/airlock/store as root, else $XDG_DATA_HOME/airlock/store or ~/.local/share/airlock/store), or s3://bucket/prefix, an S3-compatible store configured by the AWS environment (AWS_ENDPOINT_URL_S3, AWS_REGION, AWS_ACCESS_KEY_ID...; docs/policy-and-approvals.md#promotion-exactly-once)")
 	fs.StringVar(&o.storeGroup, "store-group", "", "group (name or gid) allowed to read the store: directories 0750, files 0640")
 	fs.DurationVar(&o.approvalTTL, "approval-ttl", 72*time.Hour, "pending approvals expire after this")
 	fs.DurationVar(&o.sweepInterval, "sweep-interval", 10*time.Second, "how often approvals are expired and promotions caught up")
@@ -136,6 +146,11 @@ flags:
 		return err
 	}
 	redislog.To(log)
+	stopTracing, err := otlp.Start(ctx, "airlock-worker", airlock.Version, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 	var dev *devMode // dev.go; a build without it refuses -dev
@@ -158,7 +173,7 @@ flags:
 	ready.set("starting")
 	var m *metrics.Metrics
 	if o.httpAddr != "" {
-		m = metrics.New(worker.Version)
+		m = metrics.New(airlock.Version, slices.Sorted(maps.Keys(cfg.Queues))...)
 		ready.m, cfg.Observer = m, m
 		srv, err := serveHTTP(o.httpAddr, m, ready, log)
 		if err != nil {
@@ -166,8 +181,12 @@ flags:
 		}
 		defer func() { _ = srv.Shutdown(5 * time.Second) }()
 	}
+	redisFrom := redisSource(o.dev, explicit["redis"])
 	rdb, rconf, err := redisconn.Open(o.redisURL)
 	if err != nil {
+		if redisFrom == cli.FromEnv {
+			return fmt.Errorf("$REDIS_URL: %w", err)
+		}
 		return fmt.Errorf("-redis: %w", err)
 	}
 	redisconn.SetLogger(func(msg string) {
@@ -180,7 +199,7 @@ flags:
 	defer rdb.Close()
 	ready.rdb.Store(&rdb)
 	ready.set("waiting for Redis at " + rconf.String())
-	if err := waitForRedis(ctx, rdb, rconf.String(), log, startRetries(m)); err != nil {
+	if err := waitForRedis(ctx, rdb, rconf.String(), log.With().Str("redis_from", redisFrom).Logger(), startRetries(m)); err != nil {
 		return nil // stopped (SIGINT/SIGTERM) while Redis was unreachable: a clean stop
 	}
 	ready.set("starting slots")
@@ -210,6 +229,7 @@ flags:
 			defer cancel()
 			return st.PendingBytes(c)
 		})
+		m.SetQueueInspector(asynq.NewInspectorFromRedisClient(rdb))
 	}
 	if dev != nil {
 		go dev.demo(ctx, rdb, o.prefix, stdout, log)
@@ -282,7 +302,11 @@ func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config
 			return worker.Config{}, fmt.Errorf("-store-group: %w", err)
 		}
 	}
-	sink, err := storage.Open(ctx, o.storeDir, storage.Options{ReadGroup: gid})
+	store, err := storeLocation(o.storeDir)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	sink, err := storage.Open(ctx, store, storage.Options{ReadGroup: gid})
 	if err != nil {
 		return worker.Config{}, fmt.Errorf("-store: %w", err)
 	}
@@ -298,14 +322,14 @@ func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config
 	}
 	return worker.Config{
 		Actions: catalog,
-		Prefix:  o.prefix, RiskPolicy: risk, Sink: sink, ApprovalTTL: o.approvalTTL,
+		Prefix:  o.prefix, RiskPolicy: risk, Sink: sink, Store: store, ApprovalTTL: o.approvalTTL,
 		SweepInterval: o.sweepInterval, MaxStaged: int64(sizes[2]), MaxPending: pendingBound(sizes[3]),
 		Artifacts:   contract.Limits{MaxCount: o.maxArtifacts, MaxBytes: int64(sizes[0]), MaxResult: int64(sizes[1])},
 		Concurrency: o.concurrency, MaxSessions: o.maxSessions, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
 		Isolation: o.isolation, UIDFirst: first, UIDCount: count, UIDLockDir: o.uidLockDir,
 		Landlock: &landlock, Cgroup: o.cgroupMode, ROBinds: o.roBinds,
 		SecretsDir: o.secretsDir, FetchAllow: o.fetchAllow, FetchTimeout: o.fetchTimeout,
-		EgressAllow: o.egressAllow, EgressMaxBytes: int64(egressMax), EgressMaxConns: o.egressMaxConns, EgressIdleTimeout: o.egressIdle, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval,
+		EgressAllow: o.egressAllow, EgressMaxBytes: int64(egressMax), EgressMaxConns: o.egressMaxConns, EgressIdleTimeout: o.egressIdle, MaxPayload: o.maxPayload, TaskCheckInterval: o.checkInterval, IdleWait: idleWait(o.idleWait),
 		ShutdownTimeout: o.shutdownTimeout, Grace: o.grace, Logger: log,
 	}, nil
 }
@@ -396,9 +420,48 @@ func (d *droppingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// storeLocation is -store as the worker announces it: a directory made
+// absolute (readers run elsewhere), or an s3:// URL as it is.
+func storeLocation(store string) (string, error) {
+	switch {
+	case store == "":
+		return "", errors.New("-store: no default store, as neither $XDG_DATA_HOME nor the home directory is known: give -store DIR or s3://bucket/prefix")
+	case strings.Contains(store, "://"):
+		return store, nil // storage.Open checks it
+	}
+	abs, err := filepath.Abs(store)
+	if err != nil {
+		return "", fmt.Errorf("-store: %w", err)
+	}
+	return abs, nil
+}
+
+// redisSource says where -redis came from, for the log lines of a Redis
+// that does not answer (field redis_from): -dev, -redis given (explicit),
+// $REDIS_URL, or the default.
+func redisSource(dev, explicit bool) string {
+	switch {
+	case dev:
+		return "-dev (the embedded Redis)"
+	case explicit:
+		return cli.FromFlag
+	case os.Getenv("REDIS_URL") != "":
+		return cli.FromEnv
+	}
+	return "the default: no -redis or $REDIS_URL"
+}
+
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v
 	}
 	return def
+}
+
+// idleWait maps -idle-wait to worker.Config.IdleWait: 0 turns waiting off.
+func idleWait(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

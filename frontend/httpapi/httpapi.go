@@ -30,10 +30,12 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/tracing"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -59,6 +61,10 @@ type Options struct {
 	// spec (airlock.ClientOptions.MaxPayload); 0 is
 	// tasks.DefaultMaxPayload.
 	MaxPayload int
+	// Store is where the result route reads promoted outputs
+	// (airlock.ClientOptions.Store, api -store); "" reads where each run's
+	// record says.
+	Store string
 	// Tokens are the bearer tokens accepted.
 	Tokens *Tokens
 	// Log receives one line per request, and the errors; nil logs nothing.
@@ -68,6 +74,9 @@ type Options struct {
 	// KeepAlive is the interval of an event stream's comments
 	// (DefaultKeepAlive when 0).
 	KeepAlive time.Duration
+	// TracerProvider makes the requests' spans, and the decisions'
+	// (trace.go); nil: the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Handler serves the API. Create it with New; call Close before the
@@ -84,6 +93,7 @@ type Handler struct {
 	keepAlive  time.Duration
 	log        zerolog.Logger
 	mux        *http.ServeMux
+	tracer     trace.Tracer
 
 	stopCtx context.Context // canceled by Close
 	stop    context.CancelFunc
@@ -110,9 +120,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Handler, error) {
 	h := &Handler{
 		rdb: rdb,
 		client: airlock.NewClient(rdb, airlock.ClientOptions{
-			Retention: opts.Retention, MaxPayload: opts.MaxPayload, Prefix: opts.Prefix,
+			Retention: opts.Retention, MaxPayload: opts.MaxPayload, Prefix: opts.Prefix, Store: opts.Store,
 		}),
-		store:      approve.NewStore(rdb, approve.Options{Prefix: opts.Prefix}),
+		store:      approve.NewStore(rdb, approve.Options{Prefix: opts.Prefix, TracerProvider: opts.TracerProvider}),
 		events:     events.NewStream(rdb, opts.Prefix),
 		promotions: asynq.NewClientFromRedisClient(rdb),
 		tokens:     opts.Tokens,
@@ -120,6 +130,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Handler, error) {
 		maxStream:  opts.MaxStream,
 		keepAlive:  opts.KeepAlive,
 		log:        zerolog.Nop(),
+		tracer:     tracing.Tracer(opts.TracerProvider),
 	}
 	h.stopCtx, h.stop = context.WithCancel(context.Background())
 	if opts.Log != nil {
@@ -199,6 +210,8 @@ func (h *Handler) routes() {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &responseWriter{ResponseWriter: w, status: http.StatusOK}
+	r, span := h.startSpan(r)
+	defer func() { endSpan(span, r, rw.status) }()
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -220,6 +233,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if rw.problem != "" {
 			ev = ev.Str("error", rw.problem)
+		}
+		if id := traceID(span); id != "" {
+			ev = ev.Str("trace_id", id)
 		}
 		ev.Msg("http")
 	}()

@@ -250,9 +250,13 @@ func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
 		if final {
 			waitFor = h.client.WaitFinal
 		}
-		_, err := waitFor(ctx, queue, taskID)
+		rec, err := waitFor(ctx, queue, taskID)
 		cancel()
 		switch {
+		case err == nil && rec.ApprovalID == "":
+			// What Status would read again: no approval's fate to apply.
+			writeJSON(w, http.StatusOK, rec)
+			return
 		case err == nil:
 		case errors.Is(err, airlock.ErrNotFound):
 			h.runError(w, r, taskID, err)

@@ -27,8 +27,9 @@ var builtinTools = []string{ToolRunAction, ToolGetRun, ToolWaitRun, ToolGetResul
 
 // actionTools keeps the server's action tools in line with the catalog.
 type actionTools struct {
-	s   *server
-	srv *mcp.Server
+	s      *server
+	srv    *mcp.Server
+	output object // the tools' output schema: run_action's
 
 	mu      sync.Mutex
 	digests map[string]string // tool name → the definition's digest
@@ -84,9 +85,10 @@ func (a *actionTools) sync(ctx context.Context) {
 			Name:  i.Name,
 			Title: "Airlock action " + i.Name,
 			Description: strings.TrimSpace(i.Description) + " — An action the operator defined: it runs confined in Airlock's sandbox " +
-				"with these params only; the answer is its run record once done (or parked for a human, who alone can approve it).",
-			InputSchema: schema,
-			Annotations: &mcp.ToolAnnotations{Title: i.Name, DestructiveHint: &no, OpenWorldHint: &no},
+				"with these params only; the answer is its compact run record once done (or parked for a human, who alone can approve it; get_run with full: true has the whole record).",
+			InputSchema:  schema,
+			OutputSchema: a.output,
+			Annotations:  &mcp.ToolAnnotations{Title: i.Name, DestructiveHint: &no, OpenWorldHint: &no},
 		}, a.s.handle(i.Name, a.s.callAction(i.Name)))
 		a.digests[i.Name] = i.Digest
 	}
@@ -119,7 +121,7 @@ func (s *server) callAction(name string) toolFunc {
 			return nil, err
 		}
 		out := &enqueued{TaskID: e.TaskID, Queue: e.Queue, RunID: e.RunID, Duplicate: e.Duplicate}
-		r, err := s.wait(ctx, req, e.Queue, e.TaskID, false, s.o.Wait)
+		r, err := s.wait(ctx, req, e.Queue, e.TaskID, false, s.o.Wait, false)
 		if err != nil {
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-run/airlock/actions"
+	"github.com/airlock-run/airlock/record"
 )
 
 // toolNames lists the server's tools.
@@ -61,13 +62,16 @@ func TestActionTools(t *testing.T) {
 	if err != nil || call.IsError {
 		t.Fatalf("call: %v %+v", err, call)
 	}
+	checkOutput(t, cs, "csv-report", call)
 	f.mu.Lock()
 	got := f.enqueued[len(f.enqueued)-1]
 	f.mu.Unlock()
 	if got.Action != "csv-report" || string(got.Params) != `{"day":"2026-12-05"}` || got.Principal != "agent-7" || len(got.Steps) != 0 {
 		t.Errorf("enqueued %+v", got)
 	}
-	var out enqueued
+	var out struct {
+		Record *record.Run `json:"record"`
+	}
 	if err := json.Unmarshal(mustMarshal(call.StructuredContent), &out); err != nil || out.Record == nil || out.Record.Action != "csv-report" {
 		t.Errorf("answer %+v (%v)", out, err)
 	}

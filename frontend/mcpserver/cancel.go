@@ -25,14 +25,16 @@ func cancelTool(sc schemas) *mcp.Tool {
 			"a running one is stopped (its processes killed). Either way it ends canceled, is never run again and publishes nothing. " +
 			"Returns the run record (state canceled; active when the worker has not stopped it yet: get_run follows it). " +
 			"A run that was over already (completed, failed, parked...) is an error saying its state; so is another principal's run.",
-		InputSchema: sc.cancelRun,
-		Annotations: &mcp.ToolAnnotations{Title: "Cancel a run", DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
+		InputSchema:  sc.cancelRun,
+		OutputSchema: sc.out[ToolCancelRun],
+		Annotations:  &mcp.ToolAnnotations{Title: "Cancel a run", DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
 	}
 }
 
 // cancelRun is cancel_run.
 func (s *server) cancelRun(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
-	taskID, q, rec, err := s.runRecord(ctx, req)
+	var full bool
+	taskID, q, rec, err := s.runRecord(ctx, req, arg{"full", &full})
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +53,7 @@ func (s *server) cancelRun(ctx context.Context, req *mcp.CallToolRequest) (any, 
 	if err != nil {
 		return nil, readError(err)
 	}
-	out := &runOut{Record: rec, Note: note(rec)}
+	out := &runOut{Record: s.answerRecord(rec, full), Note: note(rec), id: rec.TaskID}
 	if !record.Final(rec.State) {
 		out.Note = fmt.Sprintf("canceling: the worker has not stopped it yet (get_run follows it): %s", out.Note)
 	}

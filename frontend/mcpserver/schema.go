@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -15,30 +16,36 @@ const draft07 = "http://json-schema.org/draft-07/schema#"
 // object is a JSON Schema (or a part of one) as a JSON object.
 type object = map[string]any
 
-// schemas are the input schemas of the tools, built from tasks.SpecSchema.
+// schemas are the tools' input and output schemas, built from
+// tasks.SpecSchema, and the spec's schema as the resource SpecSchemaURI
+// serves it.
 type schemas struct {
 	runAction, getRun, waitRun, getResult, cancelRun object
 	// The session tools' (sessions.go).
 	openSession, runInSession, writeFile, readFile, closeSession object
+	// out are the output schemas, by tool (outschema.go); enqueued is
+	// that of run_action and of each action's tool.
+	out map[string]object
+	// specSchema is tasks.SpecSchema without principal.
+	specSchema []byte
 }
 
 // buildSchemas builds the tools' input schemas from the spec's JSON
-// Schema: run_action's "spec" property is tasks.SpecSchema itself (its
-// definitions moved to the tool schema's root, where its "#/definitions/…"
-// references then point), and the fields of the simple form are the
-// spec's own (files, steps[].run, steps[].stdin, steps[].env, timeout,
-// limits, output.result, output.schema, output.artifacts…), so that the
-// schema an agent sees is the one the decoder is held to.
+// Schema. They are small: a whole spec (run_action's and open_session's
+// "spec") is an object whose top-level fields are the spec's, its full
+// schema by reference (the resource SpecSchemaURI); the simple form's
+// fields are short and loosely typed (files' and limits' names are the
+// spec's),
+// run_in_session's the spec's step fields (run, stdin, env; name and
+// timeout inline): the decoder holds every call to the whole spec
+// schema, naming the field it refuses.
 func buildSchemas() (schemas, error) {
 	var spec object
 	if err := json.Unmarshal(tasks.SpecSchema, &spec); err != nil {
 		return schemas{}, fmt.Errorf("tasks.SpecSchema: %w", err)
 	}
-	defs, ok := spec["definitions"].(object)
+	specProps, ok := spec["properties"].(object)
 	if !ok {
-		return schemas{}, fmt.Errorf("tasks.SpecSchema has no definitions")
-	}
-	if _, ok := spec["properties"].(object); !ok {
 		return schemas{}, fmt.Errorf("tasks.SpecSchema has no properties")
 	}
 	var missing []string
@@ -61,66 +68,81 @@ func buildSchemas() (schemas, error) {
 		}
 		return maps.Clone(m)
 	}
-	describe := func(s object, d string) object {
-		s["description"] = d
-		return s
-	}
 	step := func(name string) object { return part("definitions", "step", "properties", name) }
-	output := func(name string) object { return part("definitions", "output", "properties", name) }
-
-	// The spec itself, without what belongs to a root, nor what an agent
-	// may not set: principal, which the server stamps.
-	specProp := maps.Clone(spec)
-	for _, k := range []string{"$schema", "$id", "definitions"} {
-		delete(specProp, k)
+	// duration is the spec's duration, inline, described as d.
+	duration := func(d string) object {
+		du := part("definitions", "duration")
+		return object{"type": "string", "pattern": du["pattern"], "description": d}
 	}
-	specProps := maps.Clone(spec["properties"].(object))
-	delete(specProps, "principal")
-	specProp["properties"] = specProps
-	specProp["description"] = "A whole task spec v1 (docs/spec.md): files, inputs, secrets, steps, limits, output contract. " +
-		"Decoded strictly, as enqueue does: an unknown field or a bad value is refused, naming the field. " +
-		"Its queue, if given, must be one this server serves. Use either spec or the simple form (command, files...), not both."
+	// names are the keys of a schema's properties, sorted, as an enum.
+	names := func(props object, but ...string) object {
+		var ks []string
+		for k := range props {
+			if !slices.Contains(but, k) {
+				ks = append(ks, k)
+			}
+		}
+		slices.Sort(ks)
+		return object{"enum": toAny(ks)}
+	}
 
-	run := step("run")
+	// The spec as served (SpecSchemaURI): all of it but principal, which
+	// the server stamps.
+	served := maps.Clone(spec)
+	servedProps := maps.Clone(specProps)
+	delete(servedProps, "principal")
+	served["properties"] = servedProps
+	specSchema, err := json.Marshal(served)
+	if err != nil {
+		return schemas{}, fmt.Errorf("tasks.SpecSchema: %w", err)
+	}
+	// wholeSpec is a whole spec by reference: its top-level field names
+	// and version; the rest is the spec schema's, the decoder's.
+	wholeSpec := func(d string) object {
+		return object{"type": "object", "required": spec["required"], "propertyNames": names(specProps, "principal"),
+			"properties":  object{"version": part("properties", "version")},
+			"description": d + " Its JSON Schema: the resource " + SpecSchemaURI + " (docs/spec.md); a bad field is refused, named."}
+	}
+
+	// pathNames holds the names of files to the spec's paths.
+	pathNames := part("definitions", "path")
+	delete(pathNames, "description")
 	command := object{
-		"description": `What to run, as the only step (named "command") in the workspace, which holds files: an argv array (["python3", "main.py"]) ` +
-			`or a string, run as ["sh", "-c", STRING]. The step has no network; its stdout and stderr are in the run record.`,
+		"description": `What to run, as the only step (named "command"): a string, run as ["sh", "-c", STRING], or an argv array. ` +
+			`No network; its stdout and stderr are in the run record.`,
 		"anyOf": []any{
-			object{"type": "string", "minLength": 1, "pattern": `^[^\x00]*$`, "not": object{"pattern": `\$\{secret:`}},
-			run,
+			object{"type": "string", "minLength": 1},
+			object{"type": "array", "minItems": 1, "items": object{"type": "string"}},
 		},
 		"examples": []any{"wc -l in/data.csv > out/count.txt", []any{"python3", "main.py"}},
 	}
-	waitProp := object{"type": "boolean", "default": false,
-		"description": "true: wait until the run is parked or done (bounded by wait_timeout and the server's -max-wait) and return its record too; " +
-			"false: return at once with the task id (follow it with wait_run or get_run)."}
-	waitTimeout := describe(part("definitions", "duration"),
-		"How long to wait with wait: true (Go duration, e.g. 30s). Default 30s; at most the server's -max-wait.")
-
+	full := object{"type": "boolean", "default": false,
+		"description": "true: the whole run record; false: compact (isolation as {mode, uid, off, uri}: its text is the resource at uri; empty fields left out)."}
 	runAction := object{
 		"$schema":              draft07,
 		"type":                 "object",
 		"additionalProperties": false,
-		"description": "Either {\"spec\": {...a whole task spec...}} or the simple form {\"command\": ..., \"files\": {...}, ...}: " +
-			"exactly one of spec and command. wait and wait_timeout go with either.",
+		"description":          "The simple form (command, files...) or a whole task spec as spec, not both; wait, wait_timeout and full go with either.",
 		"properties": object{
-			"spec":            specProp,
-			"command":         command,
-			"files":           part("properties", "files"),
-			"stdin":           step("stdin"),
-			"env":             step("env"),
-			"timeout":         describe(part("properties", "timeout"), "Deadline of the run (Go duration, e.g. 30s). Default: the worker's -timeout (60s)."),
-			"limits":          part("properties", "limits"),
-			"output_result":   describe(output("result"), "Path of the JSON result the command writes (e.g. out/result.json): the output a human approves before it is published. Without it the run has nothing to publish and ends completed."),
-			"output_schema":   describe(output("schema"), "Draft-07 JSON Schema the result must satisfy (needs output_result)."),
-			"artifacts":       describe(output("artifacts"), "path.Match globs of files published with the result (e.g. out/*.csv; needs output_result to be useful)."),
+			"command": command,
+			"files": object{"type": "object", "additionalProperties": object{"type": []any{"string", "object"}}, "propertyNames": pathNames,
+				"description": `{relative path: content} written into the workspace first: a string (UTF-8 text), or {"text" or "base64": ..., "mode": "0755"}.`},
+			"stdin":           object{"type": "string", "description": "Text fed on the command's standard input."},
+			"env":             object{"type": "object", "additionalProperties": object{"type": "string"}, "description": "Extra environment variables (not HOME, TMPDIR)."},
+			"timeout":         duration("Deadline of the run (Go duration, e.g. 30s). Default: the worker's -timeout (60s)."),
+			"limits":          object{"type": "object", "propertyNames": names(part("definitions", "limits")["properties"].(object)), "description": `Per-step limits, as the spec's: e.g. {"memory": "256MiB", "cpu_time": "10s", "processes": 64}.`},
+			"output_result":   object{"type": "string", "description": "Path of the JSON result the command writes (e.g. out/result.json), published once approved. Without it the run ends completed."},
+			"output_schema":   object{"type": []any{"object", "boolean"}, "description": "Draft-07 JSON Schema the result must satisfy (needs output_result)."},
+			"artifacts":       object{"type": "array", "items": object{"type": "string"}, "description": "path.Match globs of files published with the result (e.g. out/*.csv; needs output_result)."},
 			"run_id":          part("properties", "run_id"),
-			"idempotency_key": part("properties", "idempotency_key"),
+			"idempotency_key": object{"type": "string", "maxLength": 256, "description": "Enqueuing the same key again returns the existing task, not a second one."},
 			"approval":        part("properties", "approval"),
-			"wait":            waitProp,
-			"wait_timeout":    waitTimeout,
+			"spec":            wholeSpec("A whole task spec v1: files, inputs, secrets, steps, limits, network, output. Its queue must be one this server serves."),
+			"wait": object{"type": "boolean", "default": false,
+				"description": "true: wait until the run is parked or done and return its record too; false: return the task id at once (then wait_run or get_run)."},
+			"wait_timeout": duration("How long wait: true waits (Go duration). Default 30s; at most the server's -max-wait."),
+			"full":         full,
 		},
-		"definitions": defs,
 	}
 	taskID := object{"type": "string", "minLength": 1, "maxLength": 256, "description": "The task id run_action returned."}
 	queue := object{"type": "string", "pattern": `^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`,
@@ -128,34 +150,27 @@ func buildSchemas() (schemas, error) {
 	if q := part("properties", "queue"); q["pattern"] != nil {
 		queue["pattern"] = q["pattern"]
 	}
-	getRun := object{
-		"$schema":              draft07,
-		"type":                 "object",
-		"additionalProperties": false,
-		"required":             []any{"task_id"},
-		"properties":           object{"task_id": taskID, "queue": queue},
+	runArgs := func(more object) object {
+		props := object{"task_id": taskID, "queue": queue}
+		maps.Copy(props, more)
+		return object{"$schema": draft07, "type": "object", "additionalProperties": false, "required": []any{"task_id"}, "properties": props}
 	}
-	waitRun := object{
-		"$schema":              draft07,
-		"type":                 "object",
-		"additionalProperties": false,
-		"required":             []any{"task_id"},
-		"properties": object{
-			"task_id": taskID,
-			"queue":   queue,
-			"until": object{"enum": []any{"done", "final"}, "default": "done",
-				"description": "done: until the run is parked (its output waits for a human) or finished (completed, failed, promoted...); " +
-					"final: through the human's decision, until promoted, rejected or expired."},
-			"timeout": describe(part("definitions", "duration"),
-				"How long to wait (Go duration, e.g. 30s). Default 30s; at most the server's -max-wait. On timeout the current record is returned with timed_out: true."),
-		},
-	}
-	getResult := getRun // the same arguments: a run, by task id and queue
+	getRun := runArgs(object{"full": full})
+	waitRun := runArgs(object{
+		"until": object{"enum": []any{"done", "final"}, "default": "done",
+			"description": "done: until the run is parked (its output waits for a human) or finished (completed, failed, promoted...); " +
+				"final: through the human's decision, until promoted, rejected or expired."},
+		"timeout": duration("How long to wait (Go duration, e.g. 30s). Default 30s; at most the server's -max-wait. On timeout the current record is returned with timed_out: true."),
+		"full":    full,
+	})
+	getResult := runArgs(nil)
+	cancelRun := runArgs(object{"full": full})
+	sc := schemas{runAction: runAction, getRun: getRun, waitRun: waitRun, getResult: getResult, cancelRun: cancelRun,
+		specSchema: specSchema}
+	sessionSchemas(&sc, wholeSpec, step, duration, part("definitions", "name"), full)
 	if len(missing) > 0 {
 		return schemas{}, fmt.Errorf("tasks.SpecSchema lacks %v", missing)
 	}
-	cancelRun := getRun // the same arguments: a run, by task id and queue
-	sc := schemas{runAction: runAction, getRun: getRun, waitRun: waitRun, getResult: getResult, cancelRun: cancelRun}
-	sessionSchemas(&sc, specProp, defs, step)
+	sc.out = outputSchemas()
 	return sc, nil
 }

@@ -15,6 +15,14 @@
 //     a session, one workspace whose steps arrive call by call, closed
 //     into the contract and the approval queue (sessions.go).
 //
+// Answers are compact: a run record's isolation tiers, the same long
+// text for every run of a worker, are said once, in the resource its
+// isolation.uri names, and empty fields are left out; full: true asks for
+// the whole record (compact.go). The spec's full JSON Schema is a
+// resource too (SpecSchemaURI), which run_action's and open_session's
+// spec refer to (resources.go); every tool declares an output schema
+// (outschema.go).
+//
 // It never approves. There is no tool that accepts, rejects or otherwise
 // decides an approval, nor one that reads a parked output: an agent must
 // not sign off its own output. A parked run is reported as waiting for a
@@ -30,7 +38,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -135,8 +142,9 @@ func (o Options) withDefaults() Options {
 
 // server holds the tools' state.
 type server struct {
-	c Client
-	o Options
+	c   Client
+	o   Options
+	iso isolations // the isolations the answers referred to, for the resources
 }
 
 // instructions are given to the client at initialization.
@@ -148,9 +156,12 @@ const instructions = `Airlock runs actions (commands over files) as sandboxed, b
 	`write_file and read_file move files, and close_session ends it (its output then goes to review like any run's). Each action the operator defined (worker -actions) is also a tool of its own: ` +
 	`its params are its arguments, and it answers with the run record once done. An output (output_result) is never published by the run itself: ` +
 	`the operator's policy publishes it, or it is parked until a human approves it. A parked output is ` + CannotApprove + `: ` +
-	`no tool accepts or rejects an output; tell the user it waits for review instead.`
+	`no tool accepts or rejects an output; tell the user it waits for review instead. ` +
+	`Run records in answers are compact: isolation is {mode, uid, off, uri}, the tiers' text being the resource at uri (` + IsolationURI + `/ID), ` +
+	`the same for every run of a worker; full: true returns the whole record. A whole spec's JSON Schema is the resource ` + SpecSchemaURI + `.`
 
-// New returns the MCP server with its ten tools (Tools), using c.
+// New returns the MCP server with its ten tools (Tools) and its
+// resources, using c.
 func New(c Client, o Options) (*mcp.Server, error) {
 	o = o.withDefaults()
 	if !tasks.ValidPrincipal(o.Principal) {
@@ -161,31 +172,34 @@ func New(c Client, o Options) (*mcp.Server, error) {
 		return nil, err
 	}
 	s := &server{c: c, o: o}
-	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Title: "Airlock", Version: version()},
+	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Title: "Airlock", Version: airlock.Version},
 		&mcp.ServerOptions{Instructions: instructions})
-	at := &actionTools{s: s, srv: srv, digests: map[string]string{}}
+	at := &actionTools{s: s, srv: srv, digests: map[string]string{}, output: sc.out["enqueued"]}
 	srv.AddReceivingMiddleware(at.middleware)
 	no := false
 	srv.AddTool(&mcp.Tool{
 		Name:  ToolRunAction,
 		Title: "Run an action in Airlock's sandbox",
 		Description: "Enqueue an action for Airlock's workers, which run it confined (no network, limits, a deadline) in a fresh workspace. " +
-			`Give either {"spec": {...}}, a whole task spec (docs/spec.md), or the simple form: ` +
-			`{"command": "sh command" or ["argv", ...], "files": {"path": "content"}, "timeout": "30s", "output_result": "out/result.json"}. ` +
-			`Returns {task_id, queue, run_id, duplicate}; with "wait": true also the run record once the run is parked or done. ` +
+			`Give either the simple form: ` +
+			`{"command": "sh command" or ["argv", ...], "files": {"path": "content"}, "timeout": "30s", "output_result": "out/result.json"}, ` +
+			`or {"spec": {...}}, a whole task spec (docs/spec.md; its JSON Schema: the resource ` + SpecSchemaURI + `). ` +
+			`Returns {task_id, queue, run_id, duplicate}; with "wait": true also the run record once the run is parked or done (compact unless "full": true). ` +
 			"A result (output_result) is published only by the operator's policy or a human approver, never by the run or by an agent. " +
 			"A rejected spec is an error naming the field.",
-		InputSchema: sc.runAction,
-		Annotations: &mcp.ToolAnnotations{Title: "Run an action", DestructiveHint: &no, OpenWorldHint: &no},
+		InputSchema:  sc.runAction,
+		OutputSchema: sc.out[ToolRunAction],
+		Annotations:  &mcp.ToolAnnotations{Title: "Run an action", DestructiveHint: &no, OpenWorldHint: &no},
 	}, s.handle(ToolRunAction, s.runAction))
 	srv.AddTool(&mcp.Tool{
 		Name:  ToolGetRun,
 		Title: "Read a run's record",
 		Description: "The run record of a task now, without waiting: state (pending, active, completed, failed, parked, accepted, promoted, rejected, expired, canceled), " +
-			"verdict, error, each step's exit code, stdout and stderr, files, and the approval's fate. A note says what the state means. " +
+			"verdict, error, each step's exit code, stdout and stderr, files, and the approval's fate; compact unless full: true. A note says what the state means. " +
 			"A parked run is " + CannotApprove + ".",
-		InputSchema: sc.getRun,
-		Annotations: &mcp.ToolAnnotations{Title: "Read a run", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
+		InputSchema:  sc.getRun,
+		OutputSchema: sc.out[ToolGetRun],
+		Annotations:  &mcp.ToolAnnotations{Title: "Read a run", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
 	}, s.handle(ToolGetRun, s.getRun))
 	srv.AddTool(&mcp.Tool{
 		Name:  ToolWaitRun,
@@ -194,28 +208,23 @@ func New(c Client, o Options) (*mcp.Server, error) {
 			"(through the human's decision: promoted, rejected or expired), for at most timeout (default 30s, capped by the server). " +
 			"On timeout the current record is returned with timed_out: true; call again to keep waiting. " +
 			"A parked run is " + CannotApprove + ".",
-		InputSchema: sc.waitRun,
-		Annotations: &mcp.ToolAnnotations{Title: "Wait for a run", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
+		InputSchema:  sc.waitRun,
+		OutputSchema: sc.out[ToolWaitRun],
+		Annotations:  &mcp.ToolAnnotations{Title: "Wait for a run", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
 	}, s.handle(ToolWaitRun, s.waitRun))
 	srv.AddTool(&mcp.Tool{
 		Name:  ToolGetResult,
 		Title: "Read a run's published result",
 		Description: "The published output of a promoted run: {where, manifest, result}. A run that is not promoted is an error saying its state; " +
 			"a parked run is " + CannotApprove + ".",
-		InputSchema: sc.getResult,
-		Annotations: &mcp.ToolAnnotations{Title: "Read a result", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
+		InputSchema:  sc.getResult,
+		OutputSchema: sc.out[ToolGetResult],
+		Annotations:  &mcp.ToolAnnotations{Title: "Read a result", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
 	}, s.handle(ToolGetResult, s.getResult))
 	srv.AddTool(cancelTool(sc), s.handle(ToolCancelRun, s.cancelRun))
 	s.addSessionTools(srv, sc)
+	s.addResources(srv, sc.specSchema)
 	return srv, nil
-}
-
-// version is the module's version from the build info.
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "0.1.0-dev"
 }
 
 // toolFunc is a tool's own work: its output, or an error that becomes a
@@ -307,25 +316,26 @@ func (s *server) queue(field, q string) (string, error) {
 
 // enqueued is run_action's answer.
 type enqueued struct {
-	TaskID    string      `json:"task_id"`
-	Queue     string      `json:"queue"`
-	RunID     string      `json:"run_id"`
-	Duplicate bool        `json:"duplicate"`
-	Record    *record.Run `json:"record,omitempty"`
-	TimedOut  bool        `json:"timed_out,omitempty"`
-	Note      string      `json:"note,omitempty"`
+	TaskID    string `json:"task_id"`
+	Queue     string `json:"queue"`
+	RunID     string `json:"run_id"`
+	Duplicate bool   `json:"duplicate"`
+	Record    any    `json:"record,omitempty"` // compact or full (answerRecord)
+	TimedOut  bool   `json:"timed_out,omitempty"`
+	Note      string `json:"note,omitempty"`
 }
 
 func (e *enqueued) taskID() string { return e.TaskID }
 
 // runOut is get_run's and wait_run's answer.
 type runOut struct {
-	Record   *record.Run `json:"record"`
-	TimedOut bool        `json:"timed_out,omitempty"`
-	Note     string      `json:"note"`
+	Record   any    `json:"record"` // compact or full (answerRecord)
+	TimedOut bool   `json:"timed_out,omitempty"`
+	Note     string `json:"note"`
+	id       string
 }
 
-func (r *runOut) taskID() string { return r.Record.TaskID }
+func (r *runOut) taskID() string { return r.id }
 
 // resultOut is get_result's answer, as enqueue -result prints it.
 type resultOut struct {
@@ -340,11 +350,11 @@ func (r *resultOut) taskID() string { return r.id }
 func (s *server) runAction(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
 	var (
 		specRaw     json.RawMessage
-		wait        bool
+		wait, full  bool
 		waitTimeout string
 		simple      simpleForm
 	)
-	args := append([]arg{{"spec", &specRaw}, {"wait", &wait}, {"wait_timeout", &waitTimeout}}, simple.args()...)
+	args := append([]arg{{"spec", &specRaw}, {"wait", &wait}, {"wait_timeout", &waitTimeout}, {"full", &full}}, simple.args()...)
 	if err := decodeArgs(req.Params.Arguments, args...); err != nil {
 		return nil, err
 	}
@@ -393,7 +403,7 @@ func (s *server) runAction(ctx context.Context, req *mcp.CallToolRequest) (any, 
 	if !wait {
 		return out, nil
 	}
-	r, err := s.wait(ctx, req, e.Queue, e.TaskID, false, d)
+	r, err := s.wait(ctx, req, e.Queue, e.TaskID, false, d, full)
 	if err != nil {
 		return nil, err
 	}
@@ -402,10 +412,10 @@ func (s *server) runAction(ctx context.Context, req *mcp.CallToolRequest) (any, 
 	return out, nil
 }
 
-// runArgs decodes the arguments that name a run (task_id, queue) and
-// returns its task id and queue.
-func (s *server) runArgs(req *mcp.CallToolRequest) (taskID, queue string, err error) {
-	if err := decodeArgs(req.Params.Arguments, arg{"task_id", &taskID}, arg{"queue", &queue}); err != nil {
+// runArgs decodes the arguments that name a run (task_id, queue), and
+// the tool's others (more), and returns its task id and queue.
+func (s *server) runArgs(req *mcp.CallToolRequest, more ...arg) (taskID, queue string, err error) {
+	if err := decodeArgs(req.Params.Arguments, append([]arg{{"task_id", &taskID}, {"queue", &queue}}, more...)...); err != nil {
 		return "", "", err
 	}
 	queue, err = s.target(taskID, queue)
@@ -413,17 +423,18 @@ func (s *server) runArgs(req *mcp.CallToolRequest) (taskID, queue string, err er
 }
 
 func (s *server) getRun(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
-	_, _, rec, err := s.runRecord(ctx, req)
+	var full bool
+	_, _, rec, err := s.runRecord(ctx, req, arg{"full", &full})
 	if err != nil {
 		return nil, err
 	}
-	return &runOut{Record: rec, Note: note(rec)}, nil
+	return &runOut{Record: s.answerRecord(rec, full), Note: note(rec), id: rec.TaskID}, nil
 }
 
-// runRecord decodes the arguments that name a run and reads its record
-// now.
-func (s *server) runRecord(ctx context.Context, req *mcp.CallToolRequest) (taskID, queue string, rec *record.Run, err error) {
-	if taskID, queue, err = s.runArgs(req); err != nil {
+// runRecord decodes the arguments that name a run (and the tool's others,
+// more) and reads its record now.
+func (s *server) runRecord(ctx context.Context, req *mcp.CallToolRequest, more ...arg) (taskID, queue string, rec *record.Run, err error) {
+	if taskID, queue, err = s.runArgs(req, more...); err != nil {
 		return "", "", nil, err
 	}
 	if rec, err = s.c.Status(ctx, queue, taskID); err != nil {
@@ -434,8 +445,9 @@ func (s *server) runRecord(ctx context.Context, req *mcp.CallToolRequest) (taskI
 
 func (s *server) waitRun(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
 	var taskID, queue, until, timeout string
+	var full bool
 	if err := decodeArgs(req.Params.Arguments, arg{"task_id", &taskID}, arg{"queue", &queue},
-		arg{"until", &until}, arg{"timeout", &timeout}); err != nil {
+		arg{"until", &until}, arg{"timeout", &timeout}, arg{"full", &full}); err != nil {
 		return nil, err
 	}
 	q, err := s.target(taskID, queue)
@@ -455,7 +467,7 @@ func (s *server) waitRun(ctx context.Context, req *mcp.CallToolRequest) (any, er
 	if err != nil {
 		return nil, err
 	}
-	return s.wait(ctx, req, q, taskID, final, d)
+	return s.wait(ctx, req, q, taskID, final, d, full)
 }
 
 func (s *server) getResult(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
@@ -496,9 +508,10 @@ func readError(err error) error {
 }
 
 // wait waits for the task's run, for at most d; on timeout it answers
-// with the run as it is, timed_out set. While it waits it sends progress
-// notifications to a client that asked for them.
-func (s *server) wait(ctx context.Context, req *mcp.CallToolRequest, queue, taskID string, final bool, d time.Duration) (*runOut, error) {
+// with the run as it is, timed_out set; the record is the whole one when
+// full. While it waits it sends progress notifications to a client that
+// asked for them.
+func (s *server) wait(ctx context.Context, req *mcp.CallToolRequest, queue, taskID string, final bool, d time.Duration, full bool) (*runOut, error) {
 	stop := s.progress(ctx, req, taskID)
 	defer stop()
 	wctx, cancel := context.WithTimeout(ctx, d)
@@ -519,7 +532,7 @@ func (s *server) wait(ctx context.Context, req *mcp.CallToolRequest, queue, task
 	} else if rec == nil {
 		return nil, readError(serr)
 	}
-	out := &runOut{Record: rec, TimedOut: timedOut, Note: note(rec)}
+	out := &runOut{Record: s.answerRecord(rec, full), TimedOut: timedOut, Note: note(rec), id: rec.TaskID}
 	if timedOut {
 		out.Note = fmt.Sprintf("still %s after %s (call wait_run again to keep waiting): %s", rec.State, d, out.Note)
 	}

@@ -139,7 +139,8 @@ func connect(t *testing.T, c Client, o Options, copts *mcp.ClientOptions) *mcp.C
 	return cs
 }
 
-// callTool calls a tool and returns its result and structured content.
+// callTool calls a tool and returns its result and structured content,
+// which it checks against the tool's output schema.
 func callTool(t *testing.T, cs *mcp.ClientSession, name, args string) (*mcp.CallToolResult, map[string]any) {
 	t.Helper()
 	var a map[string]any
@@ -150,6 +151,7 @@ func callTool(t *testing.T, cs *mcp.ClientSession, name, args string) (*mcp.Call
 	if err != nil {
 		t.Fatalf("%s %s: protocol error %v", name, args, err)
 	}
+	checkOutput(t, cs, name, res)
 	var m map[string]any
 	b, _ := json.Marshal(res.StructuredContent)
 	_ = json.Unmarshal(b, &m)
@@ -185,9 +187,11 @@ func TestToolsAreTheTenAndNoneApproves(t *testing.T) {
 	}
 }
 
-// run_action's spec property is tasks.SpecSchema: its root keys but the
-// $schema, $id and definitions, which sit at the tool schema's root.
-func TestRunActionSchemaIsTheSpecSchema(t *testing.T) {
+// run_action's and open_session's spec refer to the spec's schema, the
+// resource SpecSchemaURI: tasks.SpecSchema but principal, which the
+// server stamps; their inline parts are the spec's names (its top-level
+// fields, limits'), so that a field the spec lacks is refused there too.
+func TestSchemasReferToTheSpecSchema(t *testing.T) {
 	sc, err := buildSchemas()
 	if err != nil {
 		t.Fatal(err)
@@ -196,35 +200,46 @@ func TestRunActionSchemaIsTheSpecSchema(t *testing.T) {
 	if err := json.Unmarshal(tasks.SpecSchema, &spec); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(sc.runAction)
-	var tool map[string]any
-	_ = json.Unmarshal(b, &tool)
-	if diff := cmp.Diff(spec["definitions"], tool["definitions"]); diff != "" {
-		t.Errorf("definitions differ (-spec +tool):\n%s", diff)
+	cs := connect(t, &fakeClient{}, Options{}, nil)
+	res, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: SpecSchemaURI})
+	if err != nil || len(res.Contents) != 1 {
+		t.Fatalf("read %s: %v %v", SpecSchemaURI, res, err)
 	}
-	prop := tool["properties"].(map[string]any)["spec"].(map[string]any)
-	for k, v := range spec {
-		switch k {
-		case "$schema", "$id", "definitions":
-			if _, ok := prop[k]; ok {
-				t.Errorf("spec property has %s", k)
-			}
-		case "description":
-		case "properties":
-			// Every property but principal, which the server stamps.
-			want := maps.Clone(v.(map[string]any))
-			delete(want, "principal")
-			if !reflect.DeepEqual(prop[k], want) {
-				t.Errorf("spec property's properties differ from tasks.SpecSchema's but principal")
-			}
-		default:
-			if !reflect.DeepEqual(prop[k], v) {
-				t.Errorf("spec property's %s differs from tasks.SpecSchema's", k)
-			}
+	var served map[string]any
+	if err := json.Unmarshal([]byte(res.Contents[0].Text), &served); err != nil {
+		t.Fatal(err)
+	}
+	want := maps.Clone(spec)
+	props := maps.Clone(spec["properties"].(map[string]any))
+	delete(props, "principal")
+	want["properties"] = props
+	if diff := cmp.Diff(want, served); diff != "" {
+		t.Errorf("%s is not tasks.SpecSchema but principal (-want +served):\n%s", SpecSchemaURI, diff)
+	}
+	names := func(m map[string]any) []any { return toAny(slices.Sorted(maps.Keys(m))) }
+	for tool, in := range map[string]object{ToolRunAction: sc.runAction, ToolOpenSession: sc.openSession} {
+		b, _ := json.Marshal(in)
+		var schema map[string]any
+		_ = json.Unmarshal(b, &schema)
+		sp := schema["properties"].(map[string]any)["spec"].(map[string]any)
+		if got := sp["propertyNames"].(map[string]any)["enum"]; !reflect.DeepEqual(got, names(props)) {
+			t.Errorf("%s: spec's field names %v, want %v", tool, got, names(props))
+		}
+		if !strings.Contains(sp["description"].(string), SpecSchemaURI) {
+			t.Errorf("%s: spec's description does not name %s", tool, SpecSchemaURI)
+		}
+		if schema["$schema"] != draft07 || schema["type"] != "object" || schema["definitions"] != nil {
+			t.Errorf("%s: root $schema %v, type %v, definitions %v", tool, schema["$schema"], schema["type"], schema["definitions"] != nil)
 		}
 	}
-	if tool["$schema"] != draft07 || tool["type"] != "object" {
-		t.Errorf("root: $schema %v, type %v", tool["$schema"], tool["type"])
+	limits := spec["definitions"].(map[string]any)["limits"].(map[string]any)["properties"].(map[string]any)
+	if got := sc.runAction["properties"].(object)["limits"].(object)["propertyNames"].(object)["enum"]; !reflect.DeepEqual(got, names(limits)) {
+		t.Errorf("run_action's limits names %v, want %v", got, names(limits))
+	}
+	path := maps.Clone(spec["definitions"].(map[string]any)["path"].(map[string]any))
+	delete(path, "description")
+	if got := sc.runAction["properties"].(object)["files"].(object)["propertyNames"]; !reflect.DeepEqual(got, path) {
+		t.Errorf("run_action's files names %v, want the spec's paths %v", got, path)
 	}
 }
 
@@ -357,7 +372,11 @@ func TestWaitTimesOutWithProgress(t *testing.T) {
 	if d := time.Since(start); d < 400*time.Millisecond || d > 5*time.Second {
 		t.Errorf("waited %v, want the -max-wait of 400ms", d)
 	}
-	var out runOut
+	var out struct {
+		Record   *record.Run `json:"record"`
+		TimedOut bool        `json:"timed_out"`
+		Note     string      `json:"note"`
+	}
 	b, _ := json.Marshal(res.StructuredContent)
 	_ = json.Unmarshal(b, &out)
 	if res.IsError || !out.TimedOut || out.Record.State != airlock.StateActive || !strings.HasPrefix(out.Note, "still active after 400ms") {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -14,7 +13,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -35,9 +33,10 @@ const (
 )
 
 // sessionSchemas adds the session tools' input schemas to sc: open_session
-// takes a whole spec (specProp, whose references point into defs),
-// run_in_session a step's fields (step).
-func sessionSchemas(sc *schemas, specProp, defs object, step func(string) object) {
+// takes a whole spec (wholeSpec: by reference), run_in_session a step's
+// fields (step; its name and timeout inline: name, duration).
+func sessionSchemas(sc *schemas, wholeSpec func(string) object, step func(string) object,
+	duration func(string) object, name, full object) {
 	strict := func(required []string, props object) object {
 		return object{"$schema": draft07, "type": "object", "additionalProperties": false,
 			"required": toAny(required), "properties": props}
@@ -45,21 +44,20 @@ func sessionSchemas(sc *schemas, specProp, defs object, step func(string) object
 	sid := object{"type": "string", "minLength": 1, "maxLength": 256, "description": "The session id open_session returned."}
 	path := object{"type": "string", "minLength": 1, "maxLength": 1024,
 		"description": "A path in the session's workspace, relative and clean (e.g. in/data.csv, out/report.json)."}
-	spec := maps.Clone(specProp)
-	spec["description"] = "A whole task spec v1 (docs/spec.md) with a session block ({} takes the defaults: idle_timeout 5m): " +
-		"files, inputs, secrets, limits, network, the output contract, timeout (the session's whole life). steps are optional: they run before the open answers."
-	open := strict([]string{"spec"}, object{"spec": spec})
-	open["definitions"] = defs
-	sc.openSession = open
+	sc.openSession = strict([]string{"spec"}, object{"spec": wholeSpec("A whole task spec v1 with a session block ({} takes the defaults: idle_timeout 5m): " +
+		"files, inputs, secrets, limits, network, the output contract, timeout (the session's whole life). steps are optional: they run before the open answers."),
+		"full": full})
+	name["description"] = "The step's name: " + fmt.Sprint(name["description"]) + " Default: step-N."
 	sc.runInSession = strict([]string{"session_id", "run"}, object{
-		"session_id": sid, "run": step("run"), "name": step("name"), "stdin": step("stdin"), "env": step("env"), "timeout": step("timeout")})
-	sc.runInSession["definitions"] = defs // the step's fields refer to them
+		"session_id": sid, "run": step("run"), "name": name, "stdin": step("stdin"), "env": step("env"),
+		"timeout": duration("Deadline of this step (Go duration, e.g. 30s), at most the session's. Default: the session's remaining time."),
+		"full":    full})
 	sc.writeFile = strict([]string{"session_id", "path", "content"}, object{
 		"session_id": sid, "path": path,
 		"content":  object{"type": "string", "description": fmt.Sprintf("The file's content: text, or base64 with encoding base64 (at most %d bytes decoded).", session.MaxFileBytes)},
 		"encoding": object{"enum": []any{"utf-8", "base64"}, "default": "utf-8"}})
 	sc.readFile = strict([]string{"session_id", "path"}, object{"session_id": sid, "path": path})
-	sc.closeSession = strict([]string{"session_id"}, object{"session_id": sid})
+	sc.closeSession = strict([]string{"session_id"}, object{"session_id": sid, "full": full})
 }
 
 func toAny(ss []string) []any {
@@ -80,56 +78,62 @@ func (s *server) addSessionTools(srv *mcp.Server, sc schemas) {
 			"that keeps its files across calls, for running steps one at a time and looking at each before the next. " +
 			"Returns {session_id, queue, steps (the spec's own, already run), expires_at, idle_until}. " +
 			"Close it with close_session when done: its output (output.result) then goes to the operator's policy and, unless a rule allows sessions, a human approver.",
-		InputSchema: sc.openSession,
-		Annotations: &mcp.ToolAnnotations{Title: "Open a session", DestructiveHint: &no, OpenWorldHint: &no},
+		InputSchema:  sc.openSession,
+		OutputSchema: sc.out[ToolOpenSession],
+		Annotations:  &mcp.ToolAnnotations{Title: "Open a session", DestructiveHint: &no, OpenWorldHint: &no},
 	}, s.handle(ToolOpenSession, s.openSession))
 	srv.AddTool(&mcp.Tool{
 		Name:  ToolRunInSession,
 		Title: "Run a step in a session",
 		Description: "Run one command in the session's workspace (argv in run, e.g. [\"sh\", \"-c\", \"head -3 in/data.csv\"]) and return its record: " +
-			"exit_code, verdict (ok, exit, timeout...), stdout and stderr, timings. A failing step does not end the session.",
-		InputSchema: sc.runInSession,
-		Annotations: &mcp.ToolAnnotations{Title: "Run in a session", DestructiveHint: &no, OpenWorldHint: &no},
+			"exit_code, verdict (ok, exit, timeout...), stdout and stderr (empty ones left out unless full: true), timings. A failing step does not end the session.",
+		InputSchema:  sc.runInSession,
+		OutputSchema: sc.out[ToolRunInSession],
+		Annotations:  &mcp.ToolAnnotations{Title: "Run in a session", DestructiveHint: &no, OpenWorldHint: &no},
 	}, s.handle(ToolRunInSession, s.runInSession))
 	srv.AddTool(&mcp.Tool{
 		Name: ToolWriteFile, Title: "Write a file in a session",
-		Description: fmt.Sprintf("Write a file (text, or base64 with encoding base64; at most %d bytes) into the session's workspace, within its quota.", session.MaxFileBytes),
-		InputSchema: sc.writeFile,
-		Annotations: &mcp.ToolAnnotations{Title: "Write a file", DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no},
+		Description:  fmt.Sprintf("Write a file (text, or base64 with encoding base64; at most %d bytes) into the session's workspace, within its quota.", session.MaxFileBytes),
+		InputSchema:  sc.writeFile,
+		OutputSchema: sc.out[ToolWriteFile],
+		Annotations:  &mcp.ToolAnnotations{Title: "Write a file", DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no},
 	}, s.handle(ToolWriteFile, s.writeFile))
 	srv.AddTool(&mcp.Tool{
 		Name: ToolReadFile, Title: "Read a file of a session",
 		Description: fmt.Sprintf("Read a file a step wrote in the session's workspace (at most %d bytes): {path, size, content, encoding} "+
 			"with content as text (utf-8) or base64. Links are never followed.", session.MaxFileBytes),
-		InputSchema: sc.readFile,
-		Annotations: &mcp.ToolAnnotations{Title: "Read a file", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
+		InputSchema:  sc.readFile,
+		OutputSchema: sc.out[ToolReadFile],
+		Annotations:  &mcp.ToolAnnotations{Title: "Read a file", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
 	}, s.handle(ToolReadFile, s.readFile))
 	srv.AddTool(&mcp.Tool{
 		Name:  ToolCloseSession,
 		Title: "Close a session",
 		Description: "End the session: its output goes through its contract and the operator's policy, and is parked for a human approver " +
-			"unless a rule allows sessions; returns the run record with every step in order. A parked output is " + CannotApprove + ". " +
+			"unless a rule allows sessions; returns the run record with every step in order (compact unless full: true). A parked output is " + CannotApprove + ". " +
 			"To end a session keeping nothing, cancel_run its session_id.",
-		InputSchema: sc.closeSession,
-		Annotations: &mcp.ToolAnnotations{Title: "Close a session", DestructiveHint: &yes, OpenWorldHint: &no},
+		InputSchema:  sc.closeSession,
+		OutputSchema: sc.out[ToolCloseSession],
+		Annotations:  &mcp.ToolAnnotations{Title: "Close a session", DestructiveHint: &yes, OpenWorldHint: &no},
 	}, s.handle(ToolCloseSession, s.closeSession))
 }
 
 // sessionOut is open_session's answer.
 type sessionOut struct {
-	SessionID string        `json:"session_id"`
-	Queue     string        `json:"queue"`
-	Steps     []record.Step `json:"steps"`
-	ExpiresAt time.Time     `json:"expires_at"`
-	IdleUntil time.Time     `json:"idle_until"`
-	Note      string        `json:"note"`
+	SessionID string    `json:"session_id"`
+	Queue     string    `json:"queue"`
+	Steps     any       `json:"steps"` // []record.Step, or compact
+	ExpiresAt time.Time `json:"expires_at"`
+	IdleUntil time.Time `json:"idle_until"`
+	Note      string    `json:"note"`
 }
 
 func (o *sessionOut) taskID() string { return o.SessionID }
 
 func (s *server) openSession(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
 	var raw json.RawMessage
-	if err := decodeArgs(req.Params.Arguments, arg{"spec", &raw}); err != nil {
+	var full bool
+	if err := decodeArgs(req.Params.Arguments, arg{"spec", &raw}, arg{"full", &full}); err != nil {
 		return nil, err
 	}
 	spec, err := tasks.Decode(raw)
@@ -148,7 +152,11 @@ func (s *server) openSession(ctx context.Context, req *mcp.CallToolRequest) (any
 		return nil, prefixField("spec", err)
 	}
 	a := sess.Opened
-	return &sessionOut{SessionID: sess.ID(), Queue: sess.Queue(), Steps: a.Steps, ExpiresAt: a.ExpiresAt, IdleUntil: a.IdleUntil,
+	var steps any = a.Steps
+	if !full {
+		steps = compactSteps(a.Steps)
+	}
+	return &sessionOut{SessionID: sess.ID(), Queue: sess.Queue(), Steps: steps, ExpiresAt: a.ExpiresAt, IdleUntil: a.IdleUntil,
 		Note: fmt.Sprintf("open until %s, or %s without a call; close it with close_session", a.ExpiresAt.Format(time.RFC3339), a.IdleUntil.Format(time.RFC3339))}, nil
 }
 
@@ -175,8 +183,9 @@ func (s *server) runInSession(ctx context.Context, req *mcp.CallToolRequest) (an
 	var id string
 	var st tasks.Step
 	var run, env, timeout json.RawMessage
+	var full bool
 	if err := decodeArgs(req.Params.Arguments, arg{"session_id", &id}, arg{"run", &run}, arg{"name", &st.Name},
-		arg{"stdin", &st.Stdin}, arg{"env", &env}, arg{"timeout", &timeout}); err != nil {
+		arg{"stdin", &st.Stdin}, arg{"env", &env}, arg{"timeout", &timeout}, arg{"full", &full}); err != nil {
 		return nil, err
 	}
 	step := map[string]json.RawMessage{"run": run}
@@ -194,7 +203,11 @@ func (s *server) runInSession(ctx context.Context, req *mcp.CallToolRequest) (an
 	if err != nil {
 		return nil, err
 	}
-	return sess.Run(ctx, st)
+	rs, err := sess.Run(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	return answerStep(rs, full), nil
 }
 
 // fileOut is write_file's and read_file's answer.
@@ -253,7 +266,8 @@ func (s *server) readFile(ctx context.Context, req *mcp.CallToolRequest) (any, e
 
 func (s *server) closeSession(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
 	var id string
-	if err := decodeArgs(req.Params.Arguments, arg{"session_id", &id}); err != nil {
+	var full bool
+	if err := decodeArgs(req.Params.Arguments, arg{"session_id", &id}, arg{"full", &full}); err != nil {
 		return nil, err
 	}
 	sess, err := s.ownSession(ctx, id)
@@ -264,5 +278,5 @@ func (s *server) closeSession(ctx context.Context, req *mcp.CallToolRequest) (an
 	if err != nil {
 		return nil, err
 	}
-	return &runOut{Record: rec, Note: note(rec)}, nil
+	return &runOut{Record: s.answerRecord(rec, full), Note: note(rec), id: rec.TaskID}, nil
 }

@@ -38,7 +38,7 @@ const (
 )
 
 // AllSections is every section, the default of Options.Sections.
-var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch, SecStart, SecSession}
+var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch, SecStart, SecSession, SecAPI}
 
 // Options configure a run. Zero fields take the defaults.
 type Options struct {
@@ -188,7 +188,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	rdb := rconf.Client()
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("Redis at %s: %w", rconf, err)
+		return nil, fmt.Errorf("PING: %w", err)
 	}
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
@@ -258,6 +258,10 @@ func (h *harness) run(ctx context.Context) error {
 	if h.want(SecSession) {
 		sess = newSessionAcc()
 	}
+	var api *apiAcc
+	if h.want(SecAPI) {
+		api = &apiAcc{}
+	}
 	var approvalRounds []float64
 	var cliRounds []float64
 	var appr *approvalSet
@@ -278,7 +282,7 @@ func (h *harness) run(ctx context.Context) error {
 		if r%2 == 1 {
 			order = []string{systemAirlock, systemBaseline}
 		}
-		if h.want(SecThroughput) || h.want(SecLatency) || h.want(SecStart) || h.want(SecOverhead) || sess != nil || appr != nil {
+		if h.want(SecThroughput) || h.want(SecLatency) || h.want(SecStart) || h.want(SecOverhead) || sess != nil || api != nil || appr != nil {
 			h.logf("round %d/%d (first: %s)", r+1, h.opt.Rounds, order[0])
 		}
 		if h.want(SecThroughput) {
@@ -336,6 +340,11 @@ func (h *harness) run(ctx context.Context) error {
 				return fmt.Errorf("session: %w", err)
 			}
 		}
+		if api != nil {
+			if err := h.apiRound(ctx, r, api); err != nil {
+				return fmt.Errorf("api: %w", err)
+			}
+		}
 		if appr != nil {
 			ms, err := appr.list(ctx)
 			if err != nil {
@@ -364,6 +373,9 @@ func (h *harness) run(ctx context.Context) error {
 	h.rep.Overhead = ovh.rows()
 	if sess != nil {
 		h.rep.Session = sess.report(h.sz.Sessions)
+	}
+	if api != nil {
+		h.rep.API = api.report(h.sz.Latency)
 	}
 	if h.want(SecIdle) {
 		rows, err := h.idle(ctx)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/redis/redisconn"
+	"github.com/airlock-run/airlock/internal/redis/wake"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 	"github.com/airlock-run/airlock/worker"
@@ -125,6 +126,8 @@ func workerChild(args []string) error {
 	c.fs.StringVar(&logLevel, "log-level", "info", "worker log level")
 	var fetchAllow string
 	c.fs.StringVar(&fetchAllow, "fetch-allow", "", "what input downloads may reach besides public addresses, comma-separated")
+	var idleWait time.Duration
+	c.fs.DurationVar(&idleWait, "idle-wait", wake.DefaultMaxIdle, "longest a poll of empty queues waits for a wake-up (worker -idle-wait; 0: no waiting)")
 	rdb, err := c.parse(args)
 	if err != nil {
 		return err
@@ -137,8 +140,11 @@ func workerChild(args []string) error {
 	cfg := worker.Config{
 		Redis: rdb, Concurrency: c.concurrency, Queues: map[string]int{c.queue: 1},
 		WorkspaceRoot: c.root, Isolation: isolation, UIDFirst: uidFirst, UIDCount: uidCount,
-		UIDLockDir: uidLock, TaskCheckInterval: c.checkInterval,
+		UIDLockDir: uidLock, TaskCheckInterval: c.checkInterval, IdleWait: -1,
 		Logger: zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger(),
+	}
+	if idleWait > 0 {
+		cfg.IdleWait = idleWait
 	}
 	if fetchAllow != "" {
 		cfg.FetchAllow = strings.Split(fetchAllow, ",")

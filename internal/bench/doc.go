@@ -16,7 +16,9 @@
 //   - idle latency, enqueue to Wait's return, p50/p90/p99;
 //   - a per-task overhead breakdown measured directly with the packages;
 //   - the worker's RSS before and after many trivial tasks;
-//   - the time to list 10,000 pending approvals.
+//   - the time to list 10,000 pending approvals;
+//   - the HTTP API's cost over the Go client, with the api binary: enqueue
+//     to record p50 of both, and GET /v1/runs/{id} answered per second.
 //
 // It builds on Linux only; elsewhere the package is empty.
 package bench

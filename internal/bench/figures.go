@@ -57,6 +57,7 @@ type Report struct {
 	Fetch      *FetchRow       `json:"fetch,omitempty"`
 	Start      []StartRow      `json:"start,omitempty"`
 	Session    *SessionReport  `json:"session,omitempty"`
+	API        *APIReport      `json:"api,omitempty"`
 	Profile    string          `json:"cpu_profile,omitempty"`
 	Notes      []string        `json:"notes,omitempty"`
 	Skipped    []string        `json:"skipped,omitempty"`

@@ -21,7 +21,7 @@ const latencyWarmup = 3
 
 // latencyRound is one round's samples of one system, in milliseconds.
 type latencyRound struct {
-	wait, done []float64 // sorted
+	wait, done, start []float64 // sorted
 }
 
 // latency enqueues single trivial tasks on an idle queue, one at a time,
@@ -52,30 +52,30 @@ func (h *harness) latency(ctx context.Context, sys string, round int) (latencyRo
 // the server is back to idle polling, at a random phase of its poll.
 func (h *harness) timeTasks(ctx context.Context, srv *child, sys, q string, n int) (latencyRound, error) {
 	var lr latencyRound
-	one := func(i int) (wait, done float64, err error) {
+	one := func(i int) (wait, done, start float64, err error) {
 		spec := trivialSpec(q, fmt.Sprintf("%s-%d", q, i))
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		t0 := time.Now()
 		e, err := h.client.Enqueue(wctx, spec)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		rec, err := h.client.Wait(wctx, e.Queue, e.TaskID)
 		t1 := time.Now()
 		if err != nil {
-			return 0, 0, fmt.Errorf("%w\n%s", err, srv.logs.String())
+			return 0, 0, 0, fmt.Errorf("%w\n%s", err, srv.logs.String())
 		}
 		if rec.State != record.StateCompleted || rec.Verdict != record.VerdictOK {
-			return 0, 0, fmt.Errorf("task %s: state %s verdict %s: %s", e.TaskID, rec.State, rec.Verdict, rec.Error)
+			return 0, 0, 0, fmt.Errorf("task %s: state %s verdict %s: %s", e.TaskID, rec.State, rec.Verdict, rec.Error)
 		}
 		if sys == systemAirlock && h.rep.Machine.Tiers == nil {
 			h.rep.Machine.Tiers, h.rep.Machine.Quota = rec.Isolation, rec.Isolation.Quota
 		}
-		return ms(t1.Sub(t0)), ms(rec.FinishedAt.Sub(t0)), nil
+		return ms(t1.Sub(t0)), ms(rec.FinishedAt.Sub(t0)), ms(rec.StartedAt.Sub(t0)), nil
 	}
 	for i := range latencyWarmup {
-		if _, _, err := one(-1 - i); err != nil {
+		if _, _, _, err := one(-1 - i); err != nil {
 			return lr, fmt.Errorf("warm-up: %w", err)
 		}
 	}
@@ -85,15 +85,17 @@ func (h *harness) timeTasks(ctx context.Context, srv *child, sys, q string, n in
 			return lr, ctx.Err()
 		case <-time.After(15*time.Millisecond + rand.N(10*time.Millisecond)):
 		}
-		w, d, err := one(i)
+		w, d, st, err := one(i)
 		if err != nil {
 			return lr, err
 		}
 		lr.wait = append(lr.wait, w)
 		lr.done = append(lr.done, max(d, 0))
+		lr.start = append(lr.start, max(st, 0))
 	}
 	slices.Sort(lr.wait)
 	slices.Sort(lr.done)
+	slices.Sort(lr.start)
 	return lr, nil
 }
 

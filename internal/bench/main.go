@@ -25,18 +25,18 @@ import (
 // status.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	def, from := cli.DefaultRedis()
+	rs := cli.NewRedis()
 	var opt Options
 	var conc, sections, workloads string
 	var asJSON, quiet bool
 	var jsonOut string
-	fs.StringVar(&opt.RedisURL, "redis", def, cli.RedisUsage(from)+"; a dedicated database is best, e.g. redis://127.0.0.1:6379/9")
+	rs.RegisterURL(fs, "; a dedicated database is best, e.g. redis://127.0.0.1:6379/9")
 	fs.IntVar(&opt.N, "n", FullN, "scale: tasks per throughput run (CPU-bound: n/5), idle-latency tasks max(n/5,20), overhead iterations n, approvals 10n, RSS-run tasks n²/10, sessions max(n/20,10) per path and round")
 	fs.IntVar(&opt.Rounds, "rounds", 3, "interleaved rounds; figures are their median, min and max")
 	fs.StringVar(&conc, "concurrency", "", "concurrencies of the throughput runs, comma-separated (default 2 and 2×cores+1)")
 	fs.StringVar(&sections, "only", "", "run only these sections, comma-separated: "+strings.Join(AllSections, ","))
 	var intervals string
-	fs.StringVar(&intervals, "check-intervals", "", "task check intervals the idle section compares, comma-separated (default 1ms,2ms,5ms,10ms)")
+	fs.StringVar(&intervals, "check-intervals", "", "poll intervals the idle section compares for Airlock without its wake-up (-idle-wait 0), comma-separated (default 10ms); bare asynq polls every 10ms, and Airlock with its wake-up waits -idle-wait 1s")
 	fs.StringVar(&workloads, "workloads", "", "throughput workloads, comma-separated: "+strings.Join(AllWorkloads, ","))
 	fs.IntVar(&opt.RSSTasks, "rss-tasks", 0, "tasks of the RSS run (default n²/10: 100000 at the full n)")
 	var fetchMB int
@@ -61,6 +61,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	if err := rs.Check(); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	opt.RedisURL = rs.URL
 	for _, iv := range strings.Split(intervals, ",") {
 		if strings.TrimSpace(iv) == "" {
 			continue
@@ -117,7 +122,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "bench: %v\n", err)
+		fmt.Fprintf(stderr, "bench: %v\n", rs.Explain(err))
 		return 1
 	}
 	return 0
@@ -125,14 +130,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // deleteQueue removes everything of queue q: the asynq queue and every key
 // below "asynq:{q}:" (completed tasks and counters, which DeleteQueue
-// leaves), and the limits, grants and actions' catalog a worker published
-// for it.
+// leaves), and the limits, grants, actions' catalog and announcements a
+// worker published for it.
 func deleteQueue(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Inspector, q string) error {
 	// DeleteQueue refuses while a task is active (a server that was killed
 	// leaves them so): the keys below go anyway.
 	_ = insp.DeleteQueue(q, true)
 	// One key per command: they are in different slots of a Cluster.
-	for _, k := range []string{queuepolicy.Key("", q), queuepolicy.GrantsKey("", q), queuepolicy.ActionsKey("", q)} {
+	for _, k := range []string{queuepolicy.Key("", q), queuepolicy.GrantsKey("", q), queuepolicy.ActionsKey("", q), queuepolicy.WorkersKey("", q)} {
 		if err := rdb.Unlink(ctx, k).Err(); err != nil {
 			return err
 		}

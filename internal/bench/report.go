@@ -122,6 +122,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Session != nil {
 		b.WriteString(sessionTable(r.Session))
 	}
+	if r.API != nil {
+		b.WriteString(apiTable(r.API))
+	}
 	if len(r.Idle) > 0 {
 		b.WriteString(idleTable(r.Idle))
 	}

@@ -1,7 +1,8 @@
 // Package cli holds what Airlock's commands share: flag parsing that
-// prints a command's own usage on -h (exit 0) and a bad flag once (exit
-// 2), where the default Redis comes from (-redis, $REDIS_URL, the URL a
-// dev-mode worker wrote, then 127.0.0.1:6379/0), and errors printed as
+// prints a command's own usage on -h (exit 0), its version on -version
+// (exit 0) and a bad flag once (exit 2), where the default Redis comes
+// from (-redis, $REDIS_URL, the URL a dev-mode worker wrote, then
+// 127.0.0.1:6379/0) and Redis errors that say so, and errors printed as
 // text or as JSON.
 package cli
 
@@ -15,6 +16,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/airlock-run/airlock"
 )
 
 // Exit codes every command shares. Commands add their own above 2.
@@ -55,7 +58,13 @@ func FlagsExit(stdout, stderr io.Writer, name string, asJSON bool, err error) in
 // and returns flag.ErrHelp; on a bad flag it prints "<name>: <error> (see
 // <name> -h)" once to stderr and returns ErrUsage. fs.Usage must write to
 // fs.Output().
+//
+// Parse adds -version to fs unless it has one: with it, Parse prints
+// airlock.Version on stdout and returns ErrVersion.
 func Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	if fs.Lookup("version") == nil {
+		fs.Var(new(versionFlag), "version", "print the version ("+airlock.Version+") and exit")
+	}
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
 	switch {
@@ -68,36 +77,37 @@ func Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		return ErrUsage
 	}
 	fs.SetOutput(stderr)
+	if v, ok := fs.Lookup("version").Value.(*versionFlag); ok && bool(*v) {
+		fmt.Fprintln(stdout, airlock.Version)
+		return ErrVersion
+	}
 	return nil
 }
 
-// DefaultRedis is the Redis URL a command uses without -redis: $REDIS_URL,
-// else the URL of a running dev-mode worker (DevURLFile), else
-// redis://127.0.0.1:6379/0. from says which ("" for the last), for
-// messages: RedisUsage.
-func DefaultRedis() (url, from string) {
-	if u := os.Getenv("REDIS_URL"); u != "" {
-		return u, "$REDIS_URL"
+// ErrVersion is returned by Parse once -version has printed the version.
+// It matches flag.ErrHelp: a command exits 0 after it, as after -h.
+var ErrVersion = fmt.Errorf("version printed: %w", flag.ErrHelp)
+
+// versionFlag is the -version flag Parse adds.
+type versionFlag bool
+
+// String is "true" once -version is given.
+func (v *versionFlag) String() string {
+	if v == nil {
+		return "false"
 	}
-	if p := DevURLFile(); private(filepath.Dir(p)) == nil && private(p) == nil {
-		if b, err := os.ReadFile(p); err == nil {
-			if u := strings.TrimSpace(string(b)); u != "" {
-				return u, p + " (written by worker -dev)"
-			}
-		}
-	}
-	return "redis://127.0.0.1:6379/0", ""
+	return strconv.FormatBool(bool(*v))
 }
 
-// RedisUsage is the usage line of a -redis flag whose default came from
-// from.
-func RedisUsage(from string) string {
-	const forms = "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster:// (docs/redis.md)"
-	if from == "" {
-		return forms
-	}
-	return forms + " (default from " + from + ")"
+// Set takes -version's value (a bool).
+func (v *versionFlag) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	*v = versionFlag(b)
+	return err
 }
+
+// IsBoolFlag makes -version a flag without a value.
+func (v *versionFlag) IsBoolFlag() bool { return true }
 
 // DevURLFile is where a dev-mode worker writes the URL of its embedded
 // Redis, for the commands run beside it: $XDG_RUNTIME_DIR/airlock/dev-redis-url,

@@ -6,7 +6,15 @@
 // worker.Observer: once per finished attempt (RunEnded, from the one place
 // that reports a run's record), once per promotion task, and once per
 // Redis error it does not otherwise surface. RunEnded allocates nothing
-// once a (state, verdict) pair has been seen: it is on every task's path.
+// once a (queue, state, verdict) triple has been seen: it is on every
+// task's path.
+//
+// The queue label of the task metrics takes the worker's own queues only
+// (-queues, given to New): its cardinality is the operator's, never a
+// spec's. Every labelled counter starts at 0 for its known label values
+// (queues, the (state, verdict) pairs a record can end with, results,
+// operations), so that increase() counts the first events. The depth of
+// the queues (NameQueueTasks) is read from asynq at scrape time (depth.go).
 package metrics
 
 import (
@@ -26,6 +34,7 @@ const (
 	NameTaskDuration  = "airlock_task_duration_seconds"
 	NameStepDuration  = "airlock_step_duration_seconds"
 	NameInputBytes    = "airlock_input_bytes_total"
+	NameFilesBytes    = "airlock_files_bytes_total"
 	NameEgressBytes   = "airlock_egress_bytes_total"
 	NamePromotions    = "airlock_promotions_total"
 	NameSlots         = "airlock_slots"
@@ -37,6 +46,7 @@ const (
 	NamePending       = "airlock_approvals_pending"
 	NamePendingBytes  = "airlock_approvals_pending_bytes"
 	NameHelperRestart = "airlock_helper_restarts_total"
+	NameQueueTasks    = "airlock_queue_tasks"
 )
 
 // Promotion results, the values of the result label of NamePromotions.
@@ -52,6 +62,7 @@ const (
 	OpResult = "result" // storing a run's record as its task's result
 	OpEvents = "events" // appending to the events stream
 	OpPing   = "ping"   // the PING of /readyz
+	OpQueues = "queues" // the read of the queues' depth at a scrape (NameQueueTasks)
 )
 
 // Metrics holds the worker's collectors. The zero value is not usable:
@@ -59,14 +70,16 @@ const (
 type Metrics struct {
 	reg *prometheus.Registry
 
-	tasks      *prometheus.CounterVec // state, verdict
-	taskMu     sync.RWMutex
-	taskCache  map[taskKey]prometheus.Counter
-	taskDur    prometheus.Histogram
-	stepDur    prometheus.Histogram
-	inputBytes prometheus.Counter
-	egressUp   prometheus.Counter
-	egressDown prometheus.Counter
+	tasks      *prometheus.CounterVec   // queue, state, verdict
+	taskDur    *prometheus.HistogramVec // queue
+	stepDur    *prometheus.HistogramVec // queue
+	inputBytes *prometheus.CounterVec   // queue
+	filesBytes *prometheus.CounterVec   // queue
+	egress     *prometheus.CounterVec   // queue, direction
+	queues     map[string]*queueSet     // the worker's queues, fixed by New: read without a lock
+	otherMu    sync.Mutex
+	other      atomic.Pointer[queueSet] // queue "": a record of no queue of the worker's (none in practice)
+	depth      *depthCollector
 	promotions *prometheus.CounterVec // result
 	published  prometheus.Counter     // promotions{result="published"}
 	redisErrs  *prometheus.CounterVec // op
@@ -79,48 +92,59 @@ type Metrics struct {
 	restarts     atomic.Pointer[func() int64]
 }
 
-type taskKey struct {
-	state   record.State
-	verdict record.Verdict
-}
-
 // New returns the worker's metrics, registered in a registry of their own
 // with Go's runtime and process collectors; version is the worker's
-// (airlock_build_info's version label).
-func New(version string) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), taskCache: map[taskKey]prometheus.Counter{}}
+// (airlock_build_info's version label), queues the queues it serves
+// (-queues): the values of the queue label, each with its counters at 0.
+func New(version string, queues ...string) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), queues: map[string]*queueSet{}}
 	m.tasks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameTasks,
-		Help: "Attempts of runs this worker finished (the \"task end\" log line), by the record's state and verdict.",
-	}, []string{"state", "verdict"})
-	m.taskDur = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Help: "Attempts of runs this worker finished (the \"task end\" log line), by queue and the record's state and verdict.",
+	}, []string{"queue", "state", "verdict"})
+	m.taskDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    NameTaskDuration,
-		Help:    "Duration of an attempt of a run, from the worker taking it to its record (fetch, steps, checks, parking or promotion).",
+		Help:    "Duration of an attempt of a run, from the worker taking it to its record (fetch, steps, checks, parking or promotion), by queue.",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
-	})
-	m.stepDur = prometheus.NewHistogram(prometheus.HistogramOpts{
+	}, []string{"queue"})
+	m.stepDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    NameStepDuration,
-		Help:    "Wall-clock duration of one step.",
+		Help:    "Wall-clock duration of one step, by queue.",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
-	})
-	m.inputBytes = prometheus.NewCounter(prometheus.CounterOpts{
+	}, []string{"queue"})
+	m.inputBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameInputBytes,
-		Help: "Bytes of inputs downloaded into workspaces.",
-	})
-	egress := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Help: "Bytes of the specs' inputs the worker downloaded into workspaces (failed downloads included, up to where they stopped), by queue.",
+	}, []string{"queue"})
+	m.filesBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameFilesBytes,
+		Help: "Bytes of the specs' inline files the worker wrote into workspaces, by queue.",
+	}, []string{"queue"})
+	m.egress = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameEgressBytes,
-		Help: "Bytes networked runs moved through the worker's egress proxy, by direction (up: from the step).",
-	}, []string{"direction"})
-	m.egressUp, m.egressDown = egress.WithLabelValues("up"), egress.WithLabelValues("down")
+		Help: "Bytes networked runs moved through the worker's egress proxy, by queue and direction (up: from the step).",
+	}, []string{"queue", "direction"})
 	m.promotions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NamePromotions,
 		Help: "Promotions of accepted outputs to the store, by result (published, already, refused, failed); a run the policy accepted and the worker published at once counts as published.",
 	}, []string{"result"})
+	for _, r := range []string{Published, Already, Refused, Failed} {
+		m.promotions.WithLabelValues(r)
+	}
 	m.published = m.promotions.WithLabelValues(Published)
 	m.redisErrs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameRedisErrors,
-		Help: "Redis errors the worker met outside a run's own verdict, by operation (result, events, ping).",
+		Help: "Redis errors the worker met outside a run's own verdict, by operation (result, events, ping, queues).",
 	}, []string{"op"})
+	for _, op := range []string{OpResult, OpEvents, OpPing, OpQueues} {
+		m.redisErrs.WithLabelValues(op)
+	}
+	for _, q := range queues {
+		if m.queues[q] == nil {
+			m.queues[q] = m.newQueueSet(q)
+		}
+	}
+	m.depth = newDepthCollector(sortedKeys(m.queues), m.redisErrs.WithLabelValues(OpQueues))
 	m.startRetry = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: NameRedisRetries,
 		Help: "Failed attempts to reach Redis at start (each is followed by a retry).",
@@ -143,7 +167,8 @@ func New(version string) *Metrics {
 		}
 	}
 	m.reg.MustRegister(
-		m.tasks, m.taskDur, m.stepDur, m.inputBytes, egress, m.promotions, m.redisErrs, m.startRetry, m.readyFail,
+		m.tasks, m.taskDur, m.stepDur, m.inputBytes, m.filesBytes, m.egress, m.promotions, m.redisErrs, m.startRetry, m.readyFail,
+		m.depth,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: NameSlots, Help: "Slots of the worker (-concurrency); 0 until they are up."}, slotsOf(false)),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: NameSlotsBusy, Help: "Slots running a task now."}, slotsOf(true)),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -184,17 +209,27 @@ func (m *Metrics) SetHelperRestarts(f func() int64) { m.restarts.Store(&f) }
 // called at each scrape.
 func (m *Metrics) SetSlots(f func() (busy, total int)) { m.slots.Store(&f) }
 
-// RunEnded counts one finished attempt from its record: state and
-// verdict, durations, input and egress bytes, and a promotion when the
-// run published its output itself. It does not keep rec.
+// RunEnded counts one finished attempt from its record, under its queue:
+// state and verdict, durations, the bytes of its downloaded inputs
+// (rec.Inputs) and of its inline files (rec.Workspace.InputBytes), egress
+// bytes, and a promotion when the run published its output itself. A
+// queue New was not given counts under queue "". It does not keep rec.
 func (m *Metrics) RunEnded(rec *record.Run) {
-	m.taskCounter(rec.State, rec.Verdict).Inc()
-	m.taskDur.Observe(rec.DurationMS / 1000)
+	q := m.queueOf(rec.Queue)
+	q.task(rec.State, rec.Verdict).Inc()
+	q.taskDur.Observe(rec.DurationMS / 1000)
 	for i := range rec.Steps {
-		m.stepDur.Observe(rec.Steps[i].DurationMS / 1000)
+		q.stepDur.Observe(rec.Steps[i].DurationMS / 1000)
+	}
+	var in int64
+	for i := range rec.Inputs {
+		in += rec.Inputs[i].Bytes
+	}
+	if in > 0 {
+		q.inputBytes.Add(float64(in))
 	}
 	if rec.Workspace.InputBytes > 0 {
-		m.inputBytes.Add(float64(rec.Workspace.InputBytes))
+		q.filesBytes.Add(float64(rec.Workspace.InputBytes))
 	}
 	var up, down int64
 	for i := range rec.Egress {
@@ -202,10 +237,10 @@ func (m *Metrics) RunEnded(rec *record.Run) {
 		down += rec.Egress[i].BytesDown
 	}
 	if up > 0 {
-		m.egressUp.Add(float64(up))
+		q.egressUp.Add(float64(up))
 	}
 	if down > 0 {
-		m.egressDown.Add(float64(down))
+		q.egressDown.Add(float64(down))
 	}
 	if rec.State == record.StatePromoted {
 		m.published.Inc()
@@ -231,25 +266,6 @@ func gaugeOf(f *atomic.Pointer[func() (int64, error)]) func() float64 {
 // SetPendingBytes sets the function the pending-bytes gauge reads
 // (approve.Store.PendingBytes).
 func (m *Metrics) SetPendingBytes(f func() (int64, error)) { m.pendingBytes.Store(&f) }
-
-// taskCounter returns the counter of a (state, verdict) pair, created on
-// first use and then found without allocating.
-func (m *Metrics) taskCounter(s record.State, v record.Verdict) prometheus.Counter {
-	k := taskKey{s, v}
-	m.taskMu.RLock()
-	c, ok := m.taskCache[k]
-	m.taskMu.RUnlock()
-	if ok {
-		return c
-	}
-	m.taskMu.Lock()
-	defer m.taskMu.Unlock()
-	if c, ok = m.taskCache[k]; !ok {
-		c = m.tasks.WithLabelValues(string(s), string(v))
-		m.taskCache[k] = c
-	}
-	return c
-}
 
 // Promotion counts one promotion task's result: Published, Already,
 // Refused or Failed.

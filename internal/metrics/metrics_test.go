@@ -13,10 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/record"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()...) }
 
 func get(t *testing.T, h http.Handler, method, path string) (int, http.Header, string) {
 	t.Helper()
@@ -26,7 +27,7 @@ func get(t *testing.T, h http.Handler, method, path string) (int, http.Header, s
 }
 
 func TestHandler(t *testing.T) {
-	m := New("1.2.3-test")
+	m := New("1.2.3-test", "default")
 	var readyErr error
 	h := Handler(m, func(ctx context.Context) error { return readyErr })
 
@@ -61,7 +62,8 @@ func TestHandler(t *testing.T) {
 	for _, want := range []string{
 		`airlock_build_info{go_version="go`, `version="1.2.3-test"} 1`,
 		"# TYPE " + NameTaskDuration + " histogram", "# TYPE " + NameStepDuration + " histogram",
-		NameInputBytes + " 0", NameEgressBytes + `{direction="up"} 0`, NamePromotions + `{result="published"} 0`,
+		NameInputBytes + `{queue="default"} 0`, NameFilesBytes + `{queue="default"} 0`,
+		NameEgressBytes + `{direction="up",queue="default"} 0`, NamePromotions + `{result="published"} 0`,
 		NameSlots + " 0", NameSlotsBusy + " 0", NameRedisRetries + " 0", NameReadyzFailure + " 1",
 		"go_goroutines ", "process_start_time_seconds ", "promhttp_metric_handler_requests_total",
 	} {
@@ -75,8 +77,9 @@ func exitCode(n int) *int { return &n }
 
 func sampleRecord() *record.Run {
 	return &record.Run{
-		State: record.StateFailed, Verdict: record.VerdictExit, DurationMS: 1500,
+		Queue: "a", State: record.StateFailed, Verdict: record.VerdictExit, DurationMS: 1500,
 		Workspace: record.Workspace{InputBytes: 1000},
+		Inputs:    []record.Input{{Path: "in/x", Bytes: 300}, {Path: "in/y", Bytes: 20, Error: "more than max_bytes 20"}},
 		Steps: []record.Step{
 			{Name: "a", Verdict: record.VerdictOK, ExitCode: exitCode(0), DurationMS: 2},
 			{Name: "b", Verdict: record.VerdictExit, ExitCode: exitCode(1), DurationMS: 700},
@@ -86,12 +89,12 @@ func sampleRecord() *record.Run {
 }
 
 func TestRunEnded(t *testing.T) {
-	m := New("v")
+	m := New("v", "a", "b")
 	m.SetSlots(func() (int, int) { return 1, 4 })
 	rec := sampleRecord()
 	m.RunEnded(rec)
 	m.RunEnded(rec)
-	m.RunEnded(&record.Run{State: record.StatePromoted, Verdict: record.VerdictOK, DurationMS: 10})
+	m.RunEnded(&record.Run{Queue: "b", State: record.StatePromoted, Verdict: record.VerdictOK, DurationMS: 10})
 	m.Promotion(Published)
 	m.Promotion(Already)
 	m.Promotion(Failed)
@@ -103,11 +106,14 @@ func TestRunEnded(t *testing.T) {
 		got  float64
 		want float64
 	}{
-		{"failed/exit", testutil.ToFloat64(m.tasks.WithLabelValues("failed", "exit")), 2},
-		{"promoted/ok", testutil.ToFloat64(m.tasks.WithLabelValues("promoted", "ok")), 1},
-		{"input bytes", testutil.ToFloat64(m.inputBytes), 2000},
-		{"egress up", testutil.ToFloat64(m.egressUp), 30},
-		{"egress down", testutil.ToFloat64(m.egressDown), 600},
+		{"a failed/exit", testutil.ToFloat64(m.tasks.WithLabelValues("a", "failed", "exit")), 2},
+		{"b failed/exit", testutil.ToFloat64(m.tasks.WithLabelValues("b", "failed", "exit")), 0},
+		{"b promoted/ok", testutil.ToFloat64(m.tasks.WithLabelValues("b", "promoted", "ok")), 1},
+		{"a input bytes (downloads)", testutil.ToFloat64(m.inputBytes.WithLabelValues("a")), 640},
+		{"a files bytes", testutil.ToFloat64(m.filesBytes.WithLabelValues("a")), 2000},
+		{"b input bytes", testutil.ToFloat64(m.inputBytes.WithLabelValues("b")), 0},
+		{"a egress up", testutil.ToFloat64(m.egress.WithLabelValues("a", "up")), 30},
+		{"a egress down", testutil.ToFloat64(m.egress.WithLabelValues("a", "down")), 600},
 		{"published (one inline, one task)", testutil.ToFloat64(m.promotions.WithLabelValues(Published)), 2},
 		{"already", testutil.ToFloat64(m.promotions.WithLabelValues(Already)), 1},
 		{"failed", testutil.ToFloat64(m.promotions.WithLabelValues(Failed)), 1},
@@ -118,15 +124,18 @@ func TestRunEnded(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, c.got, c.want)
 		}
 	}
-	if n := testutil.CollectAndCount(m.taskDur); n != 1 {
-		t.Errorf("task duration: %d series", n)
+	if n := testutil.CollectAndCount(m.taskDur); n != 2 {
+		t.Errorf("task duration: %d series, want one per queue", n)
 	}
 	body := scrape(t, m)
 	for _, want := range []string{
-		NameTaskDuration + `_count 3`, NameTaskDuration + `_bucket{le="2.5"} 3`, NameTaskDuration + `_bucket{le="1"} 1`,
-		NameStepDuration + `_count 4`, NameStepDuration + `_bucket{le="0.0025"} 2`,
+		NameTaskDuration + `_count{queue="a"} 2`, NameTaskDuration + `_bucket{queue="a",le="2.5"} 2`,
+		NameTaskDuration + `_bucket{queue="a",le="1"} 0`, NameTaskDuration + `_bucket{queue="b",le="0.01"} 1`,
+		NameStepDuration + `_count{queue="a"} 4`, NameStepDuration + `_bucket{queue="a",le="0.0025"} 2`,
+		NameStepDuration + `_count{queue="b"} 0`,
 		NameSlots + " 4", NameSlotsBusy + " 1",
-		NameTasks + `{state="failed",verdict="exit"} 2`,
+		NameTasks + `{queue="a",state="failed",verdict="exit"} 2`,
+		NameInputBytes + `{queue="a"} 640`, NameFilesBytes + `{queue="a"} 2000`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
@@ -143,7 +152,7 @@ func scrape(t *testing.T, m *Metrics) string {
 // RunEnded is on every task's path: once its (state, verdict) pair has
 // been seen, it allocates nothing.
 func TestRunEndedAllocs(t *testing.T) {
-	m := New("v")
+	m := New("v", "a")
 	rec := sampleRecord()
 	m.RunEnded(rec)
 	if n := testing.AllocsPerRun(100, func() { m.RunEnded(rec) }); n != 0 {
@@ -152,20 +161,20 @@ func TestRunEndedAllocs(t *testing.T) {
 }
 
 func TestRunEndedConcurrent(t *testing.T) {
-	m := New("v")
+	m := New("v", "q")
 	done := make(chan struct{})
 	for i := 0; i < 8; i++ {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for j := 0; j < 200; j++ {
-				m.RunEnded(&record.Run{State: record.StateCompleted, Verdict: record.VerdictOK})
+				m.RunEnded(&record.Run{Queue: "q", State: record.StateCompleted, Verdict: record.VerdictOK})
 			}
 		}()
 	}
 	for i := 0; i < 8; i++ {
 		<-done
 	}
-	if n := testutil.ToFloat64(m.tasks.WithLabelValues("completed", "ok")); n != 1600 {
+	if n := testutil.ToFloat64(m.tasks.WithLabelValues("q", "completed", "ok")); n != 1600 {
 		t.Errorf("completed/ok = %v, want 1600", n)
 	}
 }

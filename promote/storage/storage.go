@@ -65,6 +65,48 @@ func Open(ctx context.Context, location string, o Options) (approve.Sink, error)
 	return &promote.FS{Dir: location, ReadGroup: o.ReadGroup}, nil
 }
 
+// DefaultDir is the worker's default -store: /var/lib/airlock/store as
+// root; else $XDG_DATA_HOME/airlock/store, or ~/.local/share/airlock/store
+// when $XDG_DATA_HOME is unset or relative. An absolute path, so that
+// whoever reads a publication back (enqueue -result, the HTTP API, MCP)
+// finds it from any directory. "" when neither $XDG_DATA_HOME nor the home
+// directory is known.
+func DefaultDir() string { return defaultDirFor(os.Geteuid()) }
+
+// defaultDirFor is DefaultDir for the effective uid euid.
+func defaultDirFor(euid int) string {
+	if euid == 0 {
+		return "/var/lib/airlock/store"
+	}
+	if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "airlock", "store")
+	}
+	if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
+		return filepath.Join(h, ".local", "share", "airlock", "store")
+	}
+	return ""
+}
+
+// Where is where the store at location publishes the output of a run's
+// task (approve.Sink's Where), without opening the store: for a reader
+// told where the store is (enqueue -store) rather than where the record
+// says.
+func Where(location, runID, taskID string) (string, error) {
+	switch {
+	case location == "":
+		return "", errors.New("empty: want a directory or s3://bucket/prefix")
+	case IsS3(location):
+		bucket, prefix, err := s3store.ParseURL(location)
+		if err != nil {
+			return "", err
+		}
+		return s3store.New(nil, bucket, prefix).Where(runID, taskID), nil
+	case strings.Contains(location, "://"):
+		return "", fmt.Errorf("%q: unknown scheme; want a directory or s3://bucket/prefix", location)
+	}
+	return (&promote.FS{Dir: location}).Where(runID, taskID), nil
+}
+
 // Reader reads publications back, from where the store of each said it
 // put them: a directory of a filesystem store, which this process must be
 // able to read, or s3://bucket/prefix/run_id/task_id/, through an S3

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -76,9 +77,57 @@ func setup(tb testing.TB) (*Slot, string) {
 	return s, cfg.Workspace
 }
 
+// step is argv under the default limits. As root it runs on a slot uid of
+// its own (testConfig), where RLIMIT_NPROC (the fallback without a cgroup)
+// counts only the step's tasks and the slot's helper. Without root it runs
+// as this user, whose RLIMIT_NPROC counts every task the user already runs,
+// here and elsewhere (a dev worker, a browser): the limit is raised by
+// those, plus room for what they start while the step runs, so the step
+// still has the default's own room whatever the user's thread count.
 func step(argv ...string) Step {
 	lim := limits.DefaultPolicy().Default
+	if os.Geteuid() != 0 {
+		lim.Processes += userTasks(os.Getuid()) + userTasksSlack
+	}
 	return Step{Argv: argv, Limits: lim, Timeout: 10 * time.Second}
+}
+
+// userTasksSlack is the room step leaves for the tasks the user starts
+// while a step runs (other test binaries of the same go test, in parallel).
+const userTasksSlack = 256
+
+// userTasks counts the tasks (threads) whose real uid is uid: what the
+// kernel holds against that uid's RLIMIT_NPROC.
+func userTasks(uid int) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue // gone, or not ours to read
+		}
+		var ruid, threads int
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 {
+				switch f[0] {
+				case "Uid:":
+					ruid, _ = strconv.Atoi(f[1])
+				case "Threads:":
+					threads, _ = strconv.Atoi(f[1])
+				}
+			}
+		}
+		if ruid == uid {
+			n += threads
+		}
+	}
+	return n
 }
 
 func TestRunEcho(t *testing.T) {

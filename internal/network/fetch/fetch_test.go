@@ -298,6 +298,28 @@ func TestFetchRefusedWithoutRule(t *testing.T) {
 	}
 }
 
+// TestFetchRefusedNamesFlag: a download the guard refuses says which
+// worker flag opens it, and that entry does.
+func TestFetchRefusedNamesFlag(t *testing.T) {
+	srv := testServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	f := New(&netguard.Guard{OpenPublic: true, Flag: "-fetch-allow"}, 0)
+	defer f.client.CloseIdleConnections()
+	res, fe := fetchErr(t, f, dirDest{t.TempDir()}, Request{URL: srv.URL, Path: "f", MaxBytes: 100})
+	if !errors.Is(fe, netguard.ErrRefused) || !strings.Contains(fe.Error(), "open it on the worker with -fetch-allow 127.0.0.1") ||
+		!strings.Contains(res.Error, "-fetch-allow 127.0.0.1") {
+		t.Fatalf("error %q (record: %q), want ErrRefused naming -fetch-allow 127.0.0.1", fe, res.Error)
+	}
+	r, err := netguard.ParseRule("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = New(&netguard.Guard{OpenPublic: true, Flag: "-fetch-allow", Rules: []netguard.Rule{r}}, 0)
+	defer f.client.CloseIdleConnections()
+	if res, err := f.Fetch(context.Background(), dirDest{t.TempDir()}, Request{URL: srv.URL, Path: "f", MaxBytes: 100}); err != nil || res.Bytes != 2 {
+		t.Errorf("with -fetch-allow 127.0.0.1: %v, %d bytes", err, res.Bytes)
+	}
+}
+
 func TestFetchTimeout(t *testing.T) {
 	srv := testServer(t, func(w http.ResponseWriter, r *http.Request) {
 		select {

@@ -138,6 +138,29 @@ type Guard struct {
 	Resolver *net.Resolver
 	// Timeout bounds a connection; default 10s.
 	Timeout time.Duration
+	// Flag is the worker flag whose entries are Rules ("-fetch-allow",
+	// "-egress-allow"): a refusal that a rule could lift names it, with
+	// the entry that would ("open it with -fetch-allow 127.0.0.1").
+	Flag string
+}
+
+// openWith says which rule would let host at addr through: an address (a
+// refused range is opened only by an IP, a CIDR or the host's own name),
+// or the host's name.
+func (g *Guard) openWith(host string, addr netip.Addr) string {
+	if g.Flag == "" {
+		if addr.IsValid() {
+			return "open it with an IP or CIDR rule"
+		}
+		return "open it with a host rule"
+	}
+	switch {
+	case !addr.IsValid():
+		return fmt.Sprintf("open it on the worker with %s %s", g.Flag, host)
+	case host == "" || host == addr.String():
+		return fmt.Sprintf("open it on the worker with %s %s", g.Flag, addr)
+	}
+	return fmt.Sprintf("open it on the worker with %s %s, or %s %s for the name wherever it resolves", g.Flag, addr, g.Flag, host)
 }
 
 // ErrRefused is matched by the error of a destination the guard refuses.
@@ -186,10 +209,10 @@ func (g *Guard) check(ctx context.Context, host string, addr netip.Addr, port ui
 		}
 	}
 	if inRefused {
-		return &RefusedError{Host: host, Addr: addr, Why: "a loopback, private, link-local or reserved address (open it with an IP or CIDR rule)"}
+		return &RefusedError{Host: host, Addr: addr, Why: "a loopback, private, link-local or reserved address (" + g.openWith(host, addr) + ")"}
 	}
 	if !g.OpenPublic {
-		return &RefusedError{Host: host, Addr: addr, Why: "not in the allow-list"}
+		return &RefusedError{Host: host, Addr: addr, Why: "not in the allow-list (" + g.openWith(host, addr) + ")"}
 	}
 	return nil
 }
@@ -286,7 +309,7 @@ func (g *Guard) mayResolve(host string) error {
 			return nil
 		}
 	}
-	return &RefusedError{Host: h, Why: "not in the allow-list (names are resolved only when a host or *.domain rule names them)"}
+	return &RefusedError{Host: h, Why: "not in the allow-list (names are resolved only when a host or *.domain rule names them: " + g.openWith(h, netip.Addr{}) + ")"}
 }
 
 // resolve returns the addresses of host: itself when it is a canonical IP;

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -374,6 +375,41 @@ func TestMayResolve(t *testing.T) {
 		if err := open.mayResolve(h); err != nil {
 			t.Errorf("OpenPublic mayResolve(%q) = %v, want nil", h, err)
 		}
+	}
+}
+
+// TestRefusalNamesFlag: a refusal a rule could lift names the worker flag
+// and the entry that lifts it; the Redis refusal, which none lifts, none.
+func TestRefusalNamesFlag(t *testing.T) {
+	fetchG := &Guard{OpenPublic: true, Flag: "-fetch-allow"}
+	egressG := &Guard{Flag: "-egress-allow"}
+	for _, c := range []struct {
+		g                *Guard
+		host, addr, want string
+		open             string // an entry the hint names
+	}{
+		{fetchG, "127.0.0.1", "127.0.0.1", "(open it on the worker with -fetch-allow 127.0.0.1)", "127.0.0.1"},
+		{fetchG, "files.internal", "10.0.0.5", "(open it on the worker with -fetch-allow 10.0.0.5, or -fetch-allow files.internal for the name wherever it resolves)", "files.internal"},
+		{fetchG, "::1", "::1", "with -fetch-allow ::1)", "::1"},
+		{egressG, "93.184.216.34", "93.184.216.34", "not in the allow-list (open it on the worker with -egress-allow 93.184.216.34)", "93.184.216.34"},
+		{&Guard{OpenPublic: true}, "127.0.0.1", "127.0.0.1", "(open it with an IP or CIDR rule)", ""},
+	} {
+		err := c.g.Check(c.host, netip.MustParseAddr(c.addr), 80)
+		if !errors.Is(err, ErrRefused) || !strings.HasSuffix(err.Error(), c.want) {
+			t.Errorf("%s at %s: %v, want ending %q", c.host, c.addr, err, c.want)
+		}
+		if c.open == "" {
+			continue
+		}
+		// The entry the hint names lets it through.
+		opened := &Guard{OpenPublic: c.g.OpenPublic, Flag: c.g.Flag, Rules: []Rule{mustRule(t, c.open)}}
+		if err := opened.Check(c.host, netip.MustParseAddr(c.addr), 80); err != nil {
+			t.Errorf("%s at %s with %s %s: %v", c.host, c.addr, c.g.Flag, c.open, err)
+		}
+	}
+	_, err := egressG.DialContext(context.Background(), "tcp", "exfil.example:443")
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "open it on the worker with -egress-allow exfil.example") {
+		t.Errorf("an unlisted name: %v, want the -egress-allow entry", err)
 	}
 }
 

@@ -1,6 +1,9 @@
 // Package queuepolicy is where workers publish their limits.Policy, and the
 // secret grants of their risk policy (PublishGrants), one key per queue,
-// so that an enqueuer can reject a spec before it reaches a worker.
+// so that an enqueuer can reject a spec before it reaches a worker; and
+// where each worker announces itself while it serves a queue, with where
+// it publishes promoted outputs (Announce), so that an enqueuer can tell
+// that no worker serves a queue and a reader where to read.
 //
 // A published policy is advice for enqueuers, not enforcement: every worker
 // checks each spec again against its own policy. A policy is stored without

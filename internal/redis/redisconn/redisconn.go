@@ -83,11 +83,18 @@ func (e *urlError) Is(target error) bool { return target == ErrURL }
 
 func errorf(format string, args ...any) error { return &urlError{msg: fmt.Sprintf(format, args...)} }
 
-// Parse parses a Redis URL; it reads the TLS files it names.
+// Parse parses a Redis URL; it reads the TLS files it names. HOST:PORT
+// alone (localhost:6379) is read as redis://HOST:PORT/0.
 func Parse(raw string) (*Config, error) {
+	if bareHostPort(raw) {
+		raw = "redis://" + raw + "/0"
+	}
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, errorf("%q has no scheme", Redact(raw))
+		if strings.ContainsAny(raw, "@?") { // it may hold a password
+			return nil, errorf("a Redis URL without a scheme: write redis://[user:password@]HOST:PORT/DB")
+		}
+		return nil, errorf("%q has no scheme: write redis://%s (HOST:PORT alone is read as redis://HOST:PORT/0)", raw, raw)
 	}
 	c := &Config{raw: raw}
 	useTLS := false
@@ -306,8 +313,26 @@ func (c *Config) Client() redis.UniversalClient {
 // String is the URL with its passwords hidden, for logs and errors.
 func (c *Config) String() string { return Redact(c.raw) }
 
+// bareHostPort reports whether raw is HOST:PORT alone, with no scheme,
+// user, path or option: what Parse reads as redis://HOST:PORT/0.
+func bareHostPort(raw string) bool {
+	if strings.ContainsAny(raw, "/@?#,") {
+		return false
+	}
+	host, port, err := net.SplitHostPort(raw)
+	if err != nil || host == "" {
+		return false
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && p != 0
+}
+
 // Redact hides the password of a Redis URL (and sentinel_password).
+// HOST:PORT alone is shown as the URL Parse reads it as.
 func Redact(raw string) string {
+	if bareHostPort(raw) {
+		return "redis://" + raw + "/0"
+	}
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return "(a Redis URL without a scheme)"

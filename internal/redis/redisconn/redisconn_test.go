@@ -31,6 +31,9 @@ func TestParse(t *testing.T) {
 		{url: "rediss+sentinel://s1/m", tls: true, want: Config{Kind: Sentinel, Addrs: []string{"s1:26379"}, MasterName: "m"}},
 		{url: "redis+cluster://a:7000,b:7001", want: Config{Kind: Cluster, Addrs: []string{"a:7000", "b:7001"}}},
 		{url: "redis+cluster://u:p@a:7000/0", want: Config{Kind: Cluster, Addrs: []string{"a:7000"}, Username: "u", Password: "p"}},
+		// HOST:PORT alone: redis://HOST:PORT/0.
+		{url: "localhost:6379", want: Config{Kind: Single, Addrs: []string{"localhost:6379"}}},
+		{url: "[::1]:7000", want: Config{Kind: Single, Addrs: []string{"[::1]:7000"}}},
 	} {
 		got, err := Parse(c.url)
 		if err != nil {
@@ -62,7 +65,9 @@ func TestParseTLSServerName(t *testing.T) {
 
 func TestParseErrors(t *testing.T) {
 	for url, want := range map[string]string{
-		"127.0.0.1:6379":                        "no scheme",
+		"localhost":                             `"localhost" has no scheme: write redis://localhost (HOST:PORT alone is read as redis://HOST:PORT/0)`,
+		"u:s3cret@h:1":                          "a Redis URL without a scheme: write redis://[user:password@]HOST:PORT/DB",
+		"h:1/2":                                 `"h:1/2" has no scheme: write redis://h:1/2`,
 		"http://h":                              `scheme "http"`,
 		"redis://a:1,b:2":                       "names one server",
 		"redis://h/x":                           `database "x"`,
@@ -104,7 +109,8 @@ func TestRedact(t *testing.T) {
 		"redis://:s3cret@h:1":    "redis://:xxxxx@h:1",
 		"redis://h:1/0":          "redis://h:1/0",
 		"redis+sentinel://u:s3cret@a,b/m?sentinel_password=s3cret": "redis+sentinel://u:xxxxx@a,b/m?sentinel_password=xxxxx",
-		"nonsense": "(a Redis URL without a scheme)",
+		"nonsense":       "(a Redis URL without a scheme)",
+		"localhost:6379": "redis://localhost:6379/0",
 	} {
 		if got := Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
@@ -136,5 +142,14 @@ func TestClientKinds(t *testing.T) {
 			t.Errorf("String() = %q", c.String())
 		}
 		_ = rdb.Close()
+	}
+}
+
+// TestParseHostPortShowsItsURL: HOST:PORT alone is said in logs and errors
+// as the URL it is read as.
+func TestParseHostPortShowsItsURL(t *testing.T) {
+	c, err := Parse("localhost:6379")
+	if err != nil || c.String() != "redis://localhost:6379/0" || c.DB != 0 {
+		t.Errorf("Parse(localhost:6379): %v, %v", c, err)
 	}
 }

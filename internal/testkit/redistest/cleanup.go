@@ -16,7 +16,8 @@ import (
 // deleteQueue removes what a test left of queue q: the asynq queue (force,
 // which fails while a task is active), the keys asynq.Inspector.DeleteQueue
 // leaves behind (completed tasks, daily counters: all under "asynq:{q}:"),
-// and the queue's published policy, grants and actions' catalog.
+// and the queue's published policy, grants, actions' catalog and workers'
+// announcements.
 func deleteQueue(url, q string) error {
 	c, _, err := redisconn.Open(url)
 	if err != nil {
@@ -37,7 +38,7 @@ func deleteQueue(url, q string) error {
 			return fmt.Errorf("deleting the asynq queue: %w", err)
 		}
 	}
-	if err := c.Del(ctx, queuepolicy.Key("", q), queuepolicy.GrantsKey("", q), queuepolicy.ActionsKey("", q)).Err(); err != nil {
+	if err := c.Del(ctx, queuepolicy.Key("", q), queuepolicy.GrantsKey("", q), queuepolicy.ActionsKey("", q), queuepolicy.WorkersKey("", q)).Err(); err != nil {
 		return fmt.Errorf("deleting the queue's policy: %w", err)
 	}
 	if err := DeleteMatching(ctx, c, "asynq:{"+q+"}:*"); err != nil {

@@ -47,7 +47,7 @@ var ACLCommands = []string{
 	// asynq (most inside its Lua scripts) and Airlock's own keys
 	"+eval", "+evalsha",
 	"+get", "+getrange", "+set", "+setex", "+incr", "+del", "+exists", "+expire", "+expireat", "+pexpire", "+ttl", "+pttl",
-	"+hset", "+hget", "+hgetall", "+hmget", "+hdel",
+	"+hset", "+hget", "+hgetall", "+hmget", "+hdel", "+hscan",
 	"+lpush", "+lrange", "+llen", "+lrem", "+rpoplpush", "+lmove",
 	"+sadd", "+srem", "+smembers", "+sismember", "+scard",
 	"+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zrevrange", "+zremrangebyscore", "+zcard", "+zscore",

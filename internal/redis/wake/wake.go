@@ -1,0 +1,228 @@
+// Package wake lets an enqueuer wake the idle workers of a queue at once,
+// so that a worker can poll its queues rarely and still start a task
+// within milliseconds of its enqueue.
+//
+// asynq's processor polls: it runs its dequeue script on each queue, and
+// when every queue is empty it sleeps its task check interval and polls
+// again. A short interval buys latency with Redis commands and CPU (10 ms:
+// about 250 commands a second for one idle worker); a long one the
+// reverse. A Waiter sits in the worker's Redis client as a hook on that
+// dequeue script: once a whole round of polls has found nothing, the next
+// poll first waits for a wake-up, published by the enqueuer on the queue's
+// channel (Notify, one PUBLISH), or for the longest idle wait, whichever
+// comes first. An idle worker then sends one dequeue per queue per idle
+// wait, and a task enqueued by Airlock's client starts as soon as the
+// wake-up arrives. asynq's own moves of scheduled and retry tasks that
+// came due (its forward script, seen in the same hook) wake the polls too.
+// A task enqueued without a wake-up (a bare asynq client, a task handed
+// back after a crash, a wake-up lost with a connection) waits at most the
+// idle wait. asynq itself is unchanged.
+package wake
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/events"
+)
+
+// DefaultMaxIdle is the longest a poll waits for a wake-up.
+const DefaultMaxIdle = 2 * time.Second
+
+// Channel is the Pub/Sub channel of a queue's wake-ups; an empty prefix is
+// events.DefaultPrefix, as for every key Airlock keeps.
+func Channel(prefix, queue string) string {
+	if prefix == "" {
+		prefix = events.DefaultPrefix
+	}
+	return prefix + "wake:" + queue
+}
+
+// Notify wakes the idle workers of queue: one PUBLISH. A worker that is not
+// listening misses it and finds the task at its next poll.
+func Notify(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
+	return rdb.Publish(ctx, Channel(prefix, queue), "").Err()
+}
+
+// Waiter holds the polls of a worker's asynq server while its queues are
+// empty, until a wake-up or MaxIdle. Start it, add Hook to the Redis client
+// the asynq server uses, and Stop it before the server's shutdown (a held
+// poll keeps one of the server's tokens).
+type Waiter struct {
+	rdb     redis.UniversalClient
+	chans   []string
+	queues  int32
+	maxIdle time.Duration
+
+	wakeup chan struct{} // a wake-up not yet consumed: at most one
+	stop   chan struct{}
+	once   sync.Once
+	ps     *redis.PubSub
+
+	empty atomic.Int32 // consecutive empty dequeues
+	woken atomic.Int64 // waits ended by a wake-up
+	timed atomic.Int64 // waits ended by MaxIdle
+}
+
+// New returns a Waiter for the worker's queues, their channels under
+// prefix. maxIdle <= 0 means DefaultMaxIdle.
+func New(rdb redis.UniversalClient, prefix string, queues []string, maxIdle time.Duration) *Waiter {
+	if maxIdle <= 0 {
+		maxIdle = DefaultMaxIdle
+	}
+	w := &Waiter{rdb: rdb, queues: int32(max(len(queues), 1)), maxIdle: maxIdle,
+		wakeup: make(chan struct{}, 1), stop: make(chan struct{})}
+	for _, q := range queues {
+		w.chans = append(w.chans, Channel(prefix, q))
+	}
+	return w
+}
+
+// Start subscribes to the queues' channels and returns once Redis has
+// confirmed the subscription.
+func (w *Waiter) Start(ctx context.Context) error {
+	w.ps = w.rdb.Subscribe(ctx, w.chans...)
+	if _, err := w.ps.Receive(ctx); err != nil {
+		w.ps.Close()
+		return err
+	}
+	// Channel resubscribes after a lost connection by itself; wake-ups
+	// published meanwhile are lost, and the polls find their tasks within
+	// MaxIdle. An idle subscription is checked every 30s, not go-redis's
+	// 3s: each check is a PING, and an idle worker's commands are what
+	// this package saves.
+	msgs := w.ps.Channel(redis.WithChannelHealthCheckInterval(30 * time.Second))
+	go func() {
+		for range msgs {
+			w.notify()
+		}
+	}()
+	return nil
+}
+
+// notify records a wake-up for the next wait.
+func (w *Waiter) notify() {
+	select {
+	case w.wakeup <- struct{}{}:
+	default: // one pending wake-up is enough
+	}
+}
+
+// Stop ends the waits, now and to come, and the subscription. It does not
+// wait for the subscription's reader, which ends once go-redis closes its
+// channel: with Redis gone that may take a while, and a worker's shutdown
+// must not wait on Redis.
+func (w *Waiter) Stop() {
+	w.once.Do(func() {
+		close(w.stop)
+		if w.ps != nil {
+			_ = w.ps.Close()
+		}
+	})
+}
+
+// Counts returns how many waits a wake-up ended, and how many MaxIdle did.
+func (w *Waiter) Counts() (woken, timedOut int64) { return w.woken.Load(), w.timed.Load() }
+
+// Hook is the go-redis hook that holds asynq's dequeue script while the
+// queues are empty, and takes asynq's forward of due tasks as a wake-up.
+// Other commands pass through untouched.
+func (w *Waiter) Hook() redis.Hook { return hook{w} }
+
+type hook struct{ w *Waiter }
+
+func (h hook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if isForward(args) {
+			// asynq moved scheduled or retry tasks that came due to
+			// the queue: a wake-up of its own, no enqueuer sends one.
+			err := next(ctx, cmd)
+			if c, ok := cmd.(*redis.Cmd); ok && err == nil {
+				if n, _ := c.Int64(); n > 0 {
+					h.w.notify()
+				}
+			}
+			return err
+		}
+		if !isDequeue(args) {
+			return next(ctx, cmd)
+		}
+		w := h.w
+		// A whole round found nothing: this poll opens the next round,
+		// which waits first.
+		if w.empty.Load() >= w.queues {
+			w.wait(ctx)
+			w.empty.Store(0)
+		}
+		err := next(ctx, cmd)
+		if errors.Is(err, redis.Nil) {
+			w.empty.Add(1)
+		} else {
+			w.empty.Store(0)
+		}
+		return err
+	}
+}
+
+func (w *Waiter) wait(ctx context.Context) {
+	t := time.NewTimer(w.maxIdle)
+	defer t.Stop()
+	select {
+	case <-w.wakeup:
+		w.woken.Add(1)
+	case <-t.C:
+		w.timed.Add(1)
+	case <-w.stop:
+	case <-ctx.Done():
+	}
+}
+
+// isEval reports whether args are an EVAL or EVALSHA of 9 arguments, as
+// both scripts below are.
+func isEval(args []any) bool {
+	if len(args) != 9 {
+		return false
+	}
+	name, _ := args[0].(string)
+	return strings.EqualFold(name, "evalsha") || strings.EqualFold(name, "eval")
+}
+
+// isForward reports whether args are asynq's forward script (v0.26): two
+// keys, a queue's scheduled or retry set and its pending list, and four
+// arguments; it returns how many tasks it moved.
+func isForward(args []any) bool {
+	if !isEval(args) {
+		return false
+	}
+	from, _ := args[3].(string)
+	to, _ := args[4].(string)
+	return strings.HasPrefix(from, "asynq:{") && (strings.HasSuffix(from, "}:scheduled") || strings.HasSuffix(from, "}:retry")) &&
+		strings.HasSuffix(to, "}:pending")
+}
+
+// isDequeue reports whether args are asynq's dequeue script (v0.26): four
+// keys, the queue's pending, paused, active and lease keys, and two
+// arguments.
+func isDequeue(args []any) bool {
+	if !isEval(args) {
+		return false
+	}
+	pending, _ := args[3].(string)
+	paused, _ := args[4].(string)
+	lease, _ := args[6].(string)
+	return strings.HasPrefix(pending, "asynq:{") && strings.HasSuffix(pending, "}:pending") &&
+		strings.HasSuffix(paused, "}:paused") && strings.HasSuffix(lease, "}:lease")
+}

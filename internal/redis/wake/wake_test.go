@@ -1,0 +1,174 @@
+package wake_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/airlock-run/airlock/internal/redis/wake"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()...) }
+
+// evalCounter counts the EVAL and EVALSHA commands a client sends: asynq's
+// dequeue polls among them.
+type evalCounter struct{ n atomic.Int64 }
+
+func (c *evalCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (c *evalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A real asynq server polling every 10 ms, with the Waiter in its Redis
+// client: idle, it polls about once per MaxIdle instead of a hundred times
+// a second; a task enqueued with a wake-up starts at once, one enqueued
+// without waits at most MaxIdle; Stop releases a held poll so that the
+// server shuts down without waiting for MaxIdle.
+func TestWaiterHoldsIdlePolls(t *testing.T) {
+	const maxIdle = 1500 * time.Millisecond
+	ctx := context.Background()
+	q := redistest.Queue(t)
+	prefix := "wake-test:" + q + ":"
+	rdb := redis.NewClient(mustOptions(t))
+	defer rdb.Close()
+	evals := &evalCounter{}
+	rdb.AddHook(evals) // outermost: counts what reaches Redis and what the Waiter holds alike
+	w := wake.New(rdb, prefix, []string{q}, maxIdle)
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb.AddHook(w.Hook())
+	srv, started := serve(t, rdb, q, time.Hour)
+	stopped := false
+	defer func() {
+		if !stopped {
+			w.Stop()
+			srv.Shutdown()
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // the first round finds nothing
+	n0 := evals.n.Load()
+	time.Sleep(2 * time.Second)
+	if polls := evals.n.Load() - n0; polls > 3 {
+		t.Errorf("%d dequeue polls in 2s idle: want about 2s/%s, not the 200 of a 10ms poll", polls, maxIdle)
+	}
+
+	client := asynq.NewClientFromRedisClient(rdb)
+	enqueue := func(notify bool) time.Duration {
+		t.Helper()
+		t0 := time.Now()
+		if _, err := client.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q)); err != nil {
+			t.Fatal(err)
+		}
+		if notify {
+			if err := wake.Notify(ctx, rdb, prefix, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case s := <-started:
+			return s.Sub(t0)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the task did not start within 5s")
+			return 0
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // a poll is held
+	if d := enqueue(true); d > 200*time.Millisecond {
+		t.Errorf("with a wake-up the task started after %s", d)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if d := enqueue(false); d > maxIdle+500*time.Millisecond {
+		t.Errorf("without a wake-up the task started after %s, past the idle wait %s", d, maxIdle)
+	}
+	if woken, _ := w.Counts(); woken < 1 {
+		t.Errorf("no wait ended by a wake-up")
+	}
+	time.Sleep(300 * time.Millisecond) // idle again: a poll is held
+	t0 := time.Now()
+	w.Stop()
+	srv.Shutdown()
+	stopped = true
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("shutdown took %s with a poll held", d)
+	}
+}
+
+// serve starts an asynq server on q polling every 10 ms, forwarding due
+// tasks every delayed; started receives each task's start.
+func serve(t *testing.T, rdb redis.UniversalClient, q string, delayed time.Duration) (*asynq.Server, chan time.Time) {
+	t.Helper()
+	started := make(chan time.Time, 4)
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency: 1, Queues: map[string]int{q: 1}, TaskCheckInterval: 10 * time.Millisecond,
+		DelayedTaskCheckInterval: delayed, LogLevel: asynq.FatalLevel,
+	})
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		started <- time.Now()
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	return srv, started
+}
+
+// A task scheduled for later (a retry's delay, ProcessIn) starts once
+// asynq's forwarder moves it to the queue, not at the end of a long idle
+// wait: the forward is a wake-up too.
+func TestWaiterWakesOnForward(t *testing.T) {
+	const maxIdle = 10 * time.Second
+	ctx := context.Background()
+	q := redistest.Queue(t)
+	rdb := redis.NewClient(mustOptions(t))
+	defer rdb.Close()
+	w := wake.New(rdb, "wake-test:"+q+":", []string{q}, maxIdle)
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb.AddHook(w.Hook())
+	srv, started := serve(t, rdb, q, 200*time.Millisecond)
+	defer func() { w.Stop(); srv.Shutdown() }()
+	time.Sleep(300 * time.Millisecond) // idle: a poll is held
+	t0 := time.Now()
+	if _, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.ProcessIn(500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-started:
+		if d := s.Sub(t0); d > 2*time.Second {
+			t.Errorf("a task due in 500ms started after %s", d)
+		}
+	case <-time.After(maxIdle):
+		t.Fatalf("a task due in 500ms did not start within the idle wait %s", maxIdle)
+	}
+}
+
+// The empty prefix is the default one, on both sides.
+func TestChannelDefaultPrefix(t *testing.T) {
+	if wake.Channel("", "q") != wake.Channel("airlock:", "q") || wake.Channel("x:", "q") != "x:wake:q" {
+		t.Errorf("channels: %q %q %q", wake.Channel("", "q"), wake.Channel("airlock:", "q"), wake.Channel("x:", "q"))
+	}
+}
+
+func mustOptions(t *testing.T) *redis.Options {
+	t.Helper()
+	o, err := redis.ParseURL(redistest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}

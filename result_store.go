@@ -1,0 +1,63 @@
+package airlock
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
+	"github.com/airlock-run/airlock/promote/storage"
+	"github.com/airlock-run/airlock/record"
+)
+
+// readFrom is where Result reads the publication of task taskID of queue,
+// which its store said is at where (the record's published_to):
+//
+//   - in ClientOptions.Store when set: the reader's own view of the store;
+//   - at where when it is absolute or an s3:// URL, as workers write it;
+//   - else (a worker whose -store was relative, before workers made it
+//     absolute) in the store the queue's workers announce, when they
+//     announce one; several are an error naming them, never a guess; none
+//     leaves where relative to this process's directory.
+func (c *Client) readFrom(ctx context.Context, queue, taskID string, rec *record.Run, where string) (string, error) {
+	if c.opts.Store != "" {
+		w, err := storage.Where(c.opts.Store, rec.RunID, taskID)
+		if err != nil {
+			return "", fmt.Errorf("airlock: store %w (enqueue -store, ClientOptions.Store)", err)
+		}
+		return w, nil
+	}
+	if storage.IsS3(where) || filepath.IsAbs(where) {
+		return where, nil
+	}
+	workers, err := queuepolicy.LoadWorkers(ctx, c.rdb, c.opts.Prefix, queue, time.Now())
+	if err != nil {
+		return "", fmt.Errorf("airlock: task %s was published to %s, relative to its worker's directory: %w", taskID, where, err)
+	}
+	switch stores := queuepolicy.Stores(workers); len(stores) {
+	case 0:
+		return where, nil
+	case 1:
+		return storage.Where(stores[0], rec.RunID, taskID)
+	default:
+		return "", fmt.Errorf("airlock: task %s was published to %s, relative to its worker's directory, and the workers of queue %q announce %d stores (%s): say which holds it (enqueue -store, ClientOptions.Store)",
+			taskID, where, queue, len(stores), strings.Join(stores, ", "))
+	}
+}
+
+// noManifest is the error of Result when where holds no manifest: it
+// matches ErrNotPromoted, and says where the reader looked and how to
+// point it elsewhere.
+func (c *Client) noManifest(taskID, where string, err error) error {
+	hint := "if this process sees the workers' store elsewhere, say where (enqueue -store, ClientOptions.Store)"
+	if c.opts.Store != "" {
+		hint = "read in the store " + c.opts.Store + " (-store): check that it is the workers' store"
+	} else if !storage.IsS3(where) && !filepath.IsAbs(where) {
+		dir, _ := os.Getwd()
+		hint = "a path relative to its worker's directory, read from " + dir + ": give the workers' store (enqueue -store, ClientOptions.Store)"
+	}
+	return fmt.Errorf("airlock: task %s: %s holds no manifest: %w (%w); %s", taskID, where, ErrNotPromoted, err, hint)
+}

@@ -1,0 +1,123 @@
+package airlock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
+)
+
+// TestResultReadsWhereTheWorkerWrote: Result reads an absolute
+// published_to as it is; a relative one (an older worker's) in the store
+// the queue's workers announce, an error naming them when they announce
+// several, and relative to this process's directory, with a hint, when
+// none does; ClientOptions.Store overrides all of it.
+func TestResultReadsWhereTheWorkerWrote(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, dir := redistest.Queue(t), t.TempDir()
+	// A run_id starting "rel-" is published to "airlock-store/<run_id>/<task_id>",
+	// as a worker with a relative -store said before workers made it absolute.
+	redistest.ServePromoted(t, q, dir, func(where, runID, taskID string) string {
+		if strings.HasPrefix(runID, "rel-") {
+			return filepath.Join("airlock-store", runID, taskID)
+		}
+		return where
+	})
+	c := newClient(t, airlock.ClientOptions{Retention: time.Hour})
+	run := func(runID string) string {
+		t.Helper()
+		spec := newSpec(q)
+		spec.RunID = runID
+		e, err := c.Enqueue(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Wait(ctx, q, e.TaskID); err != nil {
+			t.Fatal(err)
+		}
+		return e.TaskID
+	}
+	abs, rel := run("abs-1"), run("rel-1")
+
+	if p, err := c.Result(ctx, abs); err != nil || p.Where != filepath.Join(dir, "abs-1", abs) || string(p.Result) != redistest.PromotedResult {
+		t.Errorf("absolute published_to: %+v, %v", p, err)
+	}
+	// Relative, nothing announced: read from here, which holds nothing.
+	wd, _ := os.Getwd()
+	_, err := c.Result(ctx, rel)
+	if !errors.Is(err, airlock.ErrNotPromoted) || !strings.Contains(err.Error(), "airlock-store/rel-1/"+rel+" holds no manifest") ||
+		!strings.HasSuffix(err.Error(), "; a path relative to its worker's directory, read from "+wd+": give the workers' store (enqueue -store, ClientOptions.Store)") {
+		t.Errorf("relative, no store announced: %v", err)
+	}
+	// One store announced: read there.
+	rdb := redistest.Client(t)
+	announce := func(name, store string) {
+		t.Helper()
+		if err := queuepolicy.Announce(ctx, rdb, "", []string{q}, queuepolicy.Announcement{Worker: name, Store: store}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	announce("w/1", dir)
+	announce("w/2", dir)
+	if p, err := c.ResultIn(ctx, q, rel); err != nil || p.Where != filepath.Join(dir, "rel-1", rel) {
+		t.Errorf("relative, one store announced: %+v, %v", p, err)
+	}
+	// Two stores announced: no guess.
+	announce("w/3", "s3://other-bucket/out")
+	_, err = c.Result(ctx, rel)
+	want := "airlock: task " + rel + " was published to airlock-store/rel-1/" + rel + ", relative to its worker's directory, and the workers of queue \"" + q +
+		"\" announce 2 stores (" + dir + ", s3://other-bucket/out): say which holds it (enqueue -store, ClientOptions.Store)"
+	if err == nil || err.Error() != want {
+		t.Errorf("relative, two stores announced:\n got %v\nwant %s", err, want)
+	}
+	// ClientOptions.Store: the reader's own view of the store wins.
+	copied := t.TempDir()
+	if err := os.CopyFS(filepath.Join(copied, "rel-1"), os.DirFS(filepath.Join(dir, "rel-1"))); err != nil {
+		t.Fatal(err)
+	}
+	cs := newClient(t, airlock.ClientOptions{Store: copied})
+	if p, err := cs.Result(ctx, rel); err != nil || p.Where != filepath.Join(copied, "rel-1", rel) {
+		t.Errorf("ClientOptions.Store: %+v, %v", p, err)
+	}
+	_, err = cs.Result(ctx, abs)
+	if !errors.Is(err, airlock.ErrNotPromoted) || !strings.HasSuffix(err.Error(), "; read in the store "+copied+" (-store): check that it is the workers' store") {
+		t.Errorf("ClientOptions.Store without the task: %v", err)
+	}
+}
+
+// TestEnqueueNoWorker: Enqueued.NoWorker says that no worker announced
+// itself for the queue, or only long enough ago to be stale.
+func TestEnqueueNoWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := redistest.Queue(t)
+	c := newClient(t, airlock.ClientOptions{})
+	rdb := redistest.Client(t)
+	for _, step := range []struct {
+		announced time.Time // zero: nothing
+		noWorker  bool
+	}{
+		{time.Time{}, true},
+		{time.Now().Add(-2 * queuepolicy.AnnounceTTL), true},
+		{time.Now(), false},
+	} {
+		if !step.announced.IsZero() {
+			a := queuepolicy.Announcement{Worker: "w/1", Store: "/s"}
+			if err := queuepolicy.Announce(ctx, rdb, "", []string{q}, a, step.announced); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e, err := c.Enqueue(ctx, newSpec(q))
+		if err != nil || e.NoWorker != step.noWorker || e.TaskID == "" {
+			t.Errorf("announced at %v: %+v, %v; want NoWorker %v", step.announced, e, err, step.noWorker)
+		}
+	}
+}
