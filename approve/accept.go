@@ -42,6 +42,7 @@ func AcceptDecision(ctx context.Context, st *Store, ac *asynq.Client, id string,
 			// not queue the promotion): queuing it is idempotent.
 			if cur, gerr := st.Get(ctx, id); gerr == nil && cur.PromotedAt.IsZero() {
 				if qerr := EnqueueFor(ctx, ac, cur); qerr == nil {
+					st.Wake(ctx, cur.Run.Queue)
 					return nil, nil, fmt.Errorf("%w; its promotion is queued", err)
 				}
 			}
@@ -52,6 +53,7 @@ func AcceptDecision(ctx context.Context, st *Store, ac *asynq.Client, id string,
 	if err := EnqueueFor(ctx, ac, a); err != nil {
 		return a, warn, fmt.Errorf("accepted %s, but queuing its promotion failed: %w (accept %s again to queue it; a worker re-queues it when it starts)", id, err, id)
 	}
+	st.Wake(ctx, a.Run.Queue)
 	return a, warn, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlock-run/airlock/internal/redis/wake"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -36,4 +37,15 @@ func Enqueue(ctx context.Context, c *asynq.Client, queue, approvalID string) err
 		return fmt.Errorf("enqueue promotion of %s: %w", approvalID, err)
 	}
 	return nil
+}
+
+// Wake tells the idle workers of queue that a task waits there (a
+// promotion just queued), so that they poll at once rather than at the end
+// of their idle wait (worker -idle-wait; internal/redis/wake). A failure
+// costs latency only, so it is not reported.
+func (s *Store) Wake(ctx context.Context, queue string) {
+	if queue == "" {
+		queue = DefaultQueue
+	}
+	_ = wake.Notify(ctx, s.rdb, s.prefix, queue)
 }

@@ -89,6 +89,8 @@ func (s *Sweeper) Sweep(ctx context.Context) {
 		}
 		if err := EnqueueFor(ctx, s.Client, a); err != nil && ctx.Err() == nil {
 			s.Log.Warn().Err(err).Str("approval_id", id).Msg("approval sweeper: queue promotion")
+		} else if err == nil {
+			s.Store.Wake(ctx, a.Run.Queue)
 		}
 	}
 }

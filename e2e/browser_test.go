@@ -218,7 +218,7 @@ func TestBrowserTwoSlots(t *testing.T) {
 func TestBrowserNoNewReach(t *testing.T) {
 	b, _, _ := browserSetup(t, "")
 	rec := b.run(`{"version":1,"network":true,"limits":{"profile":"browser"},"steps":[
-		{"name":"view","run":["sh","-c","ls / | tr '\\n' ' '; echo; test -e /run && echo has-run; test -e /sys && echo has-sys; test -e /var/run/dbus && echo has-dbus; env | grep -c DBUS_; grep -c '^export CHROMIUM_FLAGS=.*--no-sandbox' /etc/chromium.d/airlock"]},
+		{"name":"view","run":["sh","-c","ls / | tr '\\n' ' '; echo; test -e /run && echo has-run; test -e /sys && echo has-sys; test -e /var/run/dbus && echo has-dbus; env | grep -c DBUS_; grep -c '^export CHROMIUM_FLAGS=.*--no-sandbox' /etc/chromium.d/zz-airlock"]},
 		{"name":"page","run":["sh","-c","for d in /etc/ /run/postgresql/; do chromium --headless --dump-dom file://$d | grep -o 'chromium\\.d\\|PGSQL[.0-9]*' | sort -u; done"]}]}`)
 	view, page := stepOf(t, rec, 0), stepOf(t, rec, 1)
 	lines := strings.Split(view.Stdout, "\n")

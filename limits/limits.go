@@ -242,6 +242,9 @@ func Parse(flagName, s string) (Set, error) {
 			return out, &FieldError{Field: flagName, Msg: fmt.Sprintf("%q is not key=value", kv), Hint: "e.g. cpu_time=10s,memory=512MiB"}
 		}
 		if k == "profile" {
+			if v == "" {
+				return out, &FieldError{Field: flagName + ".profile", Msg: "empty", Hint: "known: " + ProfileNames()}
+			}
 			out.Profile = v
 			continue
 		}

@@ -855,8 +855,10 @@ func TestProfiles(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("-max-limits profile=browser (-want +got):\n%s", diff)
 	}
-	if _, err := limits.Parse("-max-limits", "profile=gpu"); fieldErr(t, err).Field != "-max-limits.profile" {
-		t.Errorf("unknown profile in a flag: %v", err)
+	for _, v := range []string{"profile=gpu", "profile=", "profile=browser,profile="} {
+		if _, err := limits.Parse("-max-limits", v); fieldErr(t, err).Field != "-max-limits.profile" {
+			t.Errorf("-max-limits %s: %v", v, err)
+		}
 	}
 	// The default maximums allow the browser profile as it is.
 	if _, err := p.Resolve("limits", limits.Set{Profile: "browser"}); err != nil {

@@ -178,6 +178,8 @@ func (w *Worker) report(ctx context.Context, rec *record.Run, out outcome) error
 		if err := approve.Enqueue(ctx, w.asynq, rec.Queue, out.promote); err != nil {
 			// The sweeper queues it later; the record says accepted.
 			rec.Error = joinErr(rec.Error, "queue promotion: "+err.Error())
+		} else {
+			w.promoter.Store.Wake(ctx, rec.Queue)
 		}
 	}
 	redact(rec, out.secrets)

@@ -399,7 +399,13 @@ func (c *session) enqueue(ctx context.Context, a *approve.Approval) error {
 	if q == "" {
 		q = defaultQueue
 	}
-	return approve.Enqueue(ctx, asynq.NewClientFromRedisClient(c.rdb), q, a.ID)
+	if err := approve.Enqueue(ctx, asynq.NewClientFromRedisClient(c.rdb), q, a.ID); err != nil {
+		return err
+	}
+	if st, err := c.connect(); err == nil {
+		st.Wake(ctx, q)
+	}
+	return nil
 }
 
 func (c *session) reject(ctx context.Context, args []string) error {

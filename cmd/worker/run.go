@@ -264,6 +264,9 @@ func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config
 	if o.egressIdle <= 0 {
 		return worker.Config{}, fmt.Errorf("-egress-idle-timeout: %s is not a positive duration", o.egressIdle)
 	}
+	if o.idleWait < 0 {
+		return worker.Config{}, fmt.Errorf("-idle-wait: %s is negative (0: no waiting, a poll every -task-check-interval)", o.idleWait)
+	}
 	fetchMax, err := limits.ParseBytes(o.fetchMax)
 	if err != nil || fetchMax <= 0 {
 		return worker.Config{}, fmt.Errorf("-fetch-max-bytes: %q is not a positive size", o.fetchMax)

@@ -70,9 +70,9 @@ func TestSpecs(t *testing.T) {
 	p.AllowNetwork = true
 	secret := browserexport.Login{User: "demo", Secret: "PARTNER_PASSWORD"}
 	for name, js := range map[string][]byte{
-		"spec":    browserexport.Spec("http://127.0.0.1:8766", browserexport.DemoLogin),
+		"spec":    browserexport.Spec("http://127.0.0.2:8766", browserexport.DemoLogin),
 		"session": browserexport.SessionSpec(browserexport.DemoLogin),
-		"secret":  browserexport.Spec("http://127.0.0.1:8766", secret),
+		"secret":  browserexport.Spec("http://127.0.0.2:8766", secret),
 	} {
 		s, err := tasks.Decode(js)
 		if err != nil {
@@ -85,11 +85,11 @@ func TestSpecs(t *testing.T) {
 			t.Errorf("%s: limits %+v, network %v", name, s.Limits, s.Network)
 		}
 	}
-	s, _ := tasks.Decode(browserexport.Spec("http://127.0.0.1:8766", secret))
+	s, _ := tasks.Decode(browserexport.Spec("http://127.0.0.2:8766", secret))
 	if env := s.Steps[0].Env["PARTNER_PASSWORD"]; env != "${secret:PARTNER_PASSWORD}" || len(s.Secrets) != 1 {
 		t.Errorf("with a secret: env %q, secrets %v", env, s.Secrets)
 	}
-	for _, raw := range browserexport.SessionSteps("http://127.0.0.1:8766", browserexport.DemoLogin) {
+	for _, raw := range browserexport.SessionSteps("http://127.0.0.2:8766", browserexport.DemoLogin) {
 		var st tasks.Step
 		if err := tasks.DecodeStep(raw, &st); err != nil {
 			t.Errorf("session step %s: %v", raw, err)

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -187,30 +186,7 @@ func (p *apiProc) stop() {
 
 // call sends method path with body and decodes a want answer into out.
 func (p *apiProc) call(ctx context.Context, method, path, body string, want int, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, p.base+path, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+p.token)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := p.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
-	}
-	if resp.StatusCode != want {
-		return fmt.Errorf("%s %s: %s (want %d): %s", method, path, resp.Status, want, b[:min(len(b), 1024)])
-	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(b, out)
+	return apiCall(ctx, p.hc, p.base, p.token, method, path, body, want, out)
 }
 
 // apiRound starts a fresh worker and the api binary, times runs through

@@ -69,15 +69,21 @@ func (a *benchAPI) stop() {
 // call sends method path with body and decodes the answer into out, which
 // must come with status want.
 func (a *benchAPI) call(ctx context.Context, method, path, body string, want int, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, strings.NewReader(body))
+	return apiCall(ctx, a.hc, a.base, a.token, method, path, body, want, out)
+}
+
+// apiCall sends method base+path with body and a bearer token, and decodes
+// an answer of status want into out (nil: the answer is not read).
+func apiCall(ctx context.Context, hc *http.Client, base, token, method, path, body string, want int, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+a.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := a.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -88,6 +94,9 @@ func (a *benchAPI) call(ctx context.Context, method, path, body string, want int
 	}
 	if resp.StatusCode != want {
 		return fmt.Errorf("%s %s: %s (want %d): %s", method, path, resp.Status, want, bytes.TrimSpace(b[:min(len(b), 1024)]))
+	}
+	if out == nil {
+		return nil
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("%s %s: the answer: %w", method, path, err)

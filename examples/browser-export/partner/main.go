@@ -2,8 +2,8 @@
 // on 127.0.0.1 (a login form, an orders page whose "Export CSV" button
 // builds the file in the browser) and prints the spec that drives it.
 //
-//	go run ./examples/browser-export/partner -addr 127.0.0.1:8766
-//	go run ./examples/browser-export/partner -addr 127.0.0.1:8766 -print-spec | go run ./cmd/enqueue -wait -
+//	go run ./examples/browser-export/partner -addr 127.0.0.2:8766
+//	go run ./examples/browser-export/partner -addr 127.0.0.2:8766 -print-spec | go run ./cmd/enqueue -wait -
 //	go run ./examples/browser-export/partner -print-session    # the same run as a session: its open spec
 package main
 
@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8766", "address to listen on")
+	addr := flag.String("addr", "127.0.0.2:8766", "address to listen on")
 	password := flag.String("password", browserexport.DemoPassword, "the password of the user "+browserexport.DemoUser)
 	rows := flag.Int("rows", 500, "rows of the export")
 	printSpec := flag.Bool("print-spec", false, "print the run's spec (browse and export, then clean), pointed at -addr, and exit (for enqueue -)")

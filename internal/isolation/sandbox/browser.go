@@ -6,9 +6,10 @@ import "os"
 
 // chromiumFlagsFile is where the view's own settings for Debian's chromium
 // go: the wrapper (/usr/bin/chromium) sources every file of /etc/chromium.d
-// before it starts the browser, and a flag the step passes itself comes
-// after these and wins.
-const chromiumFlagsFile = "/etc/chromium.d/airlock"
+// in name order before it starts the browser; this one is sourced last, so
+// a host file cannot undo its flags (the proxy), and a flag the step passes
+// itself comes after all of them and wins.
+const chromiumFlagsFile = "/etc/chromium.d/zz-airlock"
 
 // chromiumFlags is that file: what a browser needs in the view, and why.
 // See docs/isolation.md, "Browsers".

@@ -270,6 +270,13 @@ func viewOps(c viewConfig) []viewOp {
 			if n == chromiumFlagsFile {
 				continue // the view's own
 			}
+			if strings.HasPrefix(n, "/etc/chromium.d/") {
+				// Settings the wrapper sources: regular files only, never
+				// a link or a tree an operator left there.
+				if fi, err := os.Lstat(n); err != nil || !fi.Mode().IsRegular() {
+					continue
+				}
+			}
 			ops = append(ops, viewOp{kind: opBind, src: n, dst: n, attrs: roAttrs, optional: true})
 		}
 	}

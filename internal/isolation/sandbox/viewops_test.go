@@ -79,7 +79,7 @@ func TestViewOpsBrowser(t *testing.T) {
 		t.Skip("no /etc/chromium.d on this host")
 	}
 	if own < 0 {
-		t.Fatal("no /etc/chromium.d/airlock in the view")
+		t.Fatal("no /etc/chromium.d/zz-airlock in the view")
 	}
 	for i, o := range ops {
 		if o.kind == opBind && strings.HasPrefix(o.dst, "/etc/chromium") {

@@ -57,6 +57,7 @@ func Notify(ctx context.Context, rdb redis.UniversalClient, prefix, queue string
 type Waiter struct {
 	rdb     redis.UniversalClient
 	chans   []string
+	own     map[string]bool // the worker's queues: polls of others pass through
 	queues  int32
 	maxIdle time.Duration
 
@@ -77,9 +78,10 @@ func New(rdb redis.UniversalClient, prefix string, queues []string, maxIdle time
 		maxIdle = DefaultMaxIdle
 	}
 	w := &Waiter{rdb: rdb, queues: int32(max(len(queues), 1)), maxIdle: maxIdle,
-		wakeup: make(chan struct{}, 1), stop: make(chan struct{})}
+		wakeup: make(chan struct{}, 1), stop: make(chan struct{}), own: map[string]bool{}}
 	for _, q := range queues {
 		w.chans = append(w.chans, Channel(prefix, q))
+		w.own[q] = true
 	}
 	return w
 }
@@ -146,6 +148,11 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
+		if q, ok := queueOf(args); !ok || !h.w.own[q] {
+			// Not asynq's polls of this worker's queues: another
+			// asynq server on the same client is none of its business.
+			return next(ctx, cmd)
+		}
 		if isForward(args) {
 			// asynq moved scheduled or retry tasks that came due to
 			// the queue: a wake-up of its own, no enqueuer sends one.
@@ -164,7 +171,12 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		// A whole round found nothing: this poll opens the next round,
 		// which waits first.
 		if w.empty.Load() >= w.queues {
-			w.wait(ctx)
+			if stopped := w.wait(ctx); stopped {
+				// The worker is shutting down: no poll, as if empty, so
+				// that it takes no task it would only hand back.
+				cmd.SetErr(redis.Nil)
+				return redis.Nil
+			}
 			w.empty.Store(0)
 		}
 		err := next(ctx, cmd)
@@ -177,7 +189,8 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func (w *Waiter) wait(ctx context.Context) {
+// wait waits for a wake-up or MaxIdle; it reports whether Stop ended it.
+func (w *Waiter) wait(ctx context.Context) (stopped bool) {
 	t := time.NewTimer(w.maxIdle)
 	defer t.Stop()
 	select {
@@ -186,8 +199,26 @@ func (w *Waiter) wait(ctx context.Context) {
 	case <-t.C:
 		w.timed.Add(1)
 	case <-w.stop:
+		return true
 	case <-ctx.Done():
 	}
+	return false
+}
+
+// queueOf returns the queue of an asynq script whose first key is one of
+// its queue's keys ("asynq:{QUEUE}:..."), as the dequeue and forward
+// scripts' are.
+func queueOf(args []any) (string, bool) {
+	if !isEval(args) {
+		return "", false
+	}
+	k, _ := args[3].(string)
+	rest, ok := strings.CutPrefix(k, "asynq:{")
+	if !ok {
+		return "", false
+	}
+	q, _, ok := strings.Cut(rest, "}:")
+	return q, ok
 }
 
 // isEval reports whether args are an EVAL or EVALSHA of 9 arguments, as

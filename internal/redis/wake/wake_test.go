@@ -157,6 +157,36 @@ func TestWaiterWakesOnForward(t *testing.T) {
 	}
 }
 
+// Another asynq server on the same Redis client, serving a queue that is
+// not the Waiter's, keeps its own 10 ms polls: the hook holds only the
+// polls of its worker's queues.
+func TestWaiterLeavesOtherQueues(t *testing.T) {
+	ctx := context.Background()
+	mine, other := redistest.Queue(t), redistest.Queue(t)
+	rdb := redis.NewClient(mustOptions(t))
+	defer rdb.Close()
+	w := wake.New(rdb, "wake-test:"+mine+":", []string{mine}, 10*time.Second)
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb.AddHook(w.Hook())
+	srv, started := serve(t, rdb, other, time.Hour)
+	defer func() { w.Stop(); srv.Shutdown() }()
+	time.Sleep(300 * time.Millisecond)
+	t0 := time.Now()
+	if _, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("t", nil), asynq.Queue(other)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-started:
+		if d := s.Sub(t0); d > time.Second {
+			t.Errorf("a task of another queue started after %s: the hook held its polls", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a task of another queue did not start")
+	}
+}
+
 // The empty prefix is the default one, on both sides.
 func TestChannelDefaultPrefix(t *testing.T) {
 	if wake.Channel("", "q") != wake.Channel("airlock:", "q") || wake.Channel("x:", "q") != "x:wake:q" {

@@ -113,10 +113,10 @@ func encodeRequest(spans []sdktrace.ReadOnlySpan) []byte {
 		var resMsg []byte
 		if res != nil {
 			for _, kv := range res.Attributes() {
-				resMsg = appendMsg(resMsg, 1, appendKeyValue(nil, kv))
+				resMsg = appendBytes(resMsg, 1, appendKeyValue(nil, kv))
 			}
 		}
-		rs = appendMsg(rs, 1, resMsg)
+		rs = appendBytes(rs, 1, resMsg)
 		for k := i; k < j; {
 			sc := spans[k].InstrumentationScope()
 			key := scopeKey{sc.Name, sc.Version}
@@ -127,18 +127,18 @@ func encodeRequest(spans []sdktrace.ReadOnlySpan) []byte {
 				scope = protowire.AppendTag(scope, 2, protowire.BytesType)
 				scope = protowire.AppendString(scope, key.version)
 			}
-			ss = appendMsg(ss, 1, scope)
+			ss = appendBytes(ss, 1, scope)
 			for k < j {
 				s := spans[k].InstrumentationScope()
 				if (scopeKey{s.Name, s.Version}) != key {
 					break
 				}
-				ss = appendMsg(ss, 2, encodeSpan(spans[k]))
+				ss = appendBytes(ss, 2, encodeSpan(spans[k]))
 				k++
 			}
-			rs = appendMsg(rs, 2, ss)
+			rs = appendBytes(rs, 2, ss)
 		}
-		out = appendMsg(out, 1, rs)
+		out = appendBytes(out, 1, rs)
 		i = j
 	}
 	return out
@@ -163,24 +163,24 @@ func encodeSpan(s sdktrace.ReadOnlySpan) []byte {
 	b = appendFixed64(b, 7, uint64(s.StartTime().UnixNano()))
 	b = appendFixed64(b, 8, uint64(s.EndTime().UnixNano()))
 	for _, kv := range s.Attributes() {
-		b = appendMsg(b, 9, appendKeyValue(nil, kv))
+		b = appendBytes(b, 9, appendKeyValue(nil, kv))
 	}
 	for _, ev := range s.Events() {
 		e := appendFixed64(nil, 1, uint64(ev.Time.UnixNano()))
 		e = appendBytes(e, 2, []byte(ev.Name))
 		for _, kv := range ev.Attributes {
-			e = appendMsg(e, 3, appendKeyValue(nil, kv))
+			e = appendBytes(e, 3, appendKeyValue(nil, kv))
 		}
-		b = appendMsg(b, 11, e)
+		b = appendBytes(b, 11, e)
 	}
 	for _, l := range s.Links() {
 		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
 		m := appendBytes(nil, 1, ltid[:])
 		m = appendBytes(m, 2, lsid[:])
 		for _, kv := range l.Attributes {
-			m = appendMsg(m, 4, appendKeyValue(nil, kv))
+			m = appendBytes(m, 4, appendKeyValue(nil, kv))
 		}
-		b = appendMsg(b, 13, m)
+		b = appendBytes(b, 13, m)
 	}
 	st := s.Status()
 	var status []byte
@@ -195,7 +195,7 @@ func encodeSpan(s sdktrace.ReadOnlySpan) []byte {
 		status = protowire.AppendVarint(status, code)
 	}
 	if len(status) > 0 {
-		b = appendMsg(b, 15, status)
+		b = appendBytes(b, 15, status)
 	}
 	return b
 }
@@ -212,7 +212,7 @@ func kind(k trace.SpanKind) int32 {
 // appendKeyValue encodes a KeyValue (opentelemetry/proto/common/v1).
 func appendKeyValue(b []byte, kv attribute.KeyValue) []byte {
 	b = appendBytes(b, 1, []byte(kv.Key))
-	return appendMsg(b, 2, anyValue(kv.Value))
+	return appendBytes(b, 2, anyValue(kv.Value))
 }
 
 // anyValue encodes an AnyValue: string 1, bool 2, int 3, double 4, array 5.
@@ -233,31 +233,28 @@ func anyValue(v attribute.Value) []byte {
 	switch v.Type() {
 	case attribute.STRINGSLICE:
 		for _, s := range v.AsStringSlice() {
-			arr = appendMsg(arr, 1, anyValue(attribute.StringValue(s)))
+			arr = appendBytes(arr, 1, anyValue(attribute.StringValue(s)))
 		}
 	case attribute.BOOLSLICE:
 		for _, x := range v.AsBoolSlice() {
-			arr = appendMsg(arr, 1, anyValue(attribute.BoolValue(x)))
+			arr = appendBytes(arr, 1, anyValue(attribute.BoolValue(x)))
 		}
 	case attribute.INT64SLICE:
 		for _, x := range v.AsInt64Slice() {
-			arr = appendMsg(arr, 1, anyValue(attribute.Int64Value(x)))
+			arr = appendBytes(arr, 1, anyValue(attribute.Int64Value(x)))
 		}
 	case attribute.FLOAT64SLICE:
 		for _, x := range v.AsFloat64Slice() {
-			arr = appendMsg(arr, 1, anyValue(attribute.Float64Value(x)))
+			arr = appendBytes(arr, 1, anyValue(attribute.Float64Value(x)))
 		}
 	default:
 		return appendBytes(nil, 1, []byte(v.Emit()))
 	}
-	return appendMsg(nil, 5, arr)
+	return appendBytes(nil, 5, arr)
 }
 
-func appendMsg(b []byte, num protowire.Number, msg []byte) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendBytes(b, msg)
-}
-
+// appendBytes appends a length-delimited field: bytes, a string or an
+// embedded message.
 func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
 	b = protowire.AppendTag(b, num, protowire.BytesType)
 	return protowire.AppendBytes(b, v)
