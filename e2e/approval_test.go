@@ -167,7 +167,7 @@ func TestRejectAndExpire(t *testing.T) {
 	store := t.TempDir()
 	b := setup(t, "-store", store, "-approval-ttl", "2s", "-sweep-interval", "200ms")
 	rec := b.run(reportSpec(`{"total": 1}`, `"run_id": "rej-1",`))
-	if code, _, stderr := b.approveCLI("reject", rec.ApprovalID, "-by", "carol"); code != 1 || !strings.Contains(stderr, "comment") {
+	if code, _, stderr := b.approveCLI("reject", rec.ApprovalID, "-by", "carol"); code != 2 || !strings.Contains(stderr, "comment") {
 		t.Errorf("reject without a comment: exit %d, stderr %q", code, stderr)
 	}
 	if code, out, stderr := b.approveCLI("reject", rec.ApprovalID, "-by", "carol", "-comment", "wrong totals"); code != 0 {

@@ -20,6 +20,9 @@ async function main(mode) {
     await page.fill('input[name=password]', process.env.PARTNER_PASSWORD || '');
     await Promise.all([page.waitForURL('**/orders'), page.click('button[type=submit]')]);
     if (mode === 'text') {
+      // The page fills its summary and its analytics line by scripts:
+      // wait until both have settled.
+      await page.waitForFunction(() => !/Loading|sending/.test(document.body.innerText));
       console.log(await page.innerText('body'));
       return;
     }

@@ -39,7 +39,10 @@ func TestEnqueueRefusesRegexBomb(t *testing.T) {
 	}
 	took := time.Since(start)
 	runtime.ReadMemStats(&after)
-	if alloc := after.TotalAlloc - before.TotalAlloc; took > 3*time.Second || alloc > 128<<20 {
+	// Memory is the bound that matters (2 GB before); the time bound only
+	// catches a return of the blow-up, loose enough for -race on a busy
+	// machine (3.1 s seen in CI).
+	if alloc := after.TotalAlloc - before.TotalAlloc; took > 15*time.Second || alloc > 128<<20 {
 		t.Errorf("three POSTs of the bomb took %s and allocated %d MiB", took, alloc>>20)
 	}
 	t.Logf("three POSTs of %d bytes: %s, %d MiB allocated", len(body), took, (after.TotalAlloc-before.TotalAlloc)>>20)
