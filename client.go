@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -37,6 +38,10 @@ type Client struct {
 	// sessions is the wire of sessions (OpenSession, Session).
 	sessions *session.Conn
 	opts     ClientOptions
+	// served holds, per queue, until when a worker was last seen serving
+	// it (served.go): a long-lived client reads the announcements once per
+	// queue and AnnounceInterval, not once per enqueue.
+	served sync.Map
 }
 
 // NewClient returns a Client that uses rdb, which the caller keeps and

@@ -120,4 +120,16 @@ func TestEnqueueNoWorker(t *testing.T) {
 			t.Errorf("announced at %v: %+v, %v; want NoWorker %v", step.announced, e, err, step.noWorker)
 		}
 	}
+	// A client that saw a worker reads the announcements again only after
+	// AnnounceInterval: the worker gone, it still says served; a new
+	// client reads and says no worker.
+	if err := queuepolicy.Withdraw(ctx, rdb, "", []string{q}, "w/1"); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := c.Enqueue(ctx, newSpec(q)); err != nil || e.NoWorker {
+		t.Errorf("within AnnounceInterval of a served enqueue: %+v, %v; want NoWorker false, not read again", e, err)
+	}
+	if e, err := newClient(t, airlock.ClientOptions{}).Enqueue(ctx, newSpec(q)); err != nil || !e.NoWorker {
+		t.Errorf("a new client after the withdrawal: %+v, %v; want NoWorker", e, err)
+	}
 }

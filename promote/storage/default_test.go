@@ -48,4 +48,10 @@ func TestWhere(t *testing.T) {
 			t.Errorf("Where(%q): no error", bad)
 		}
 	}
+	// Ids read from a record in Redis never lead out of the store.
+	for _, ids := range [][2]string{{"../../etc", "t1"}, {"r1", "../x"}, {"a/b", "t1"}, {".", "t1"}, {"", "t1"}, {"r1", "..\\x"}} {
+		if got, err := Where("/srv/store", ids[0], ids[1]); err == nil {
+			t.Errorf("Where(/srv/store, %q, %q) = %q, want an error", ids[0], ids[1], got)
+		}
+	}
 }

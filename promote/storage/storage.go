@@ -91,7 +91,16 @@ func defaultDirFor(euid int) string {
 // task (approve.Sink's Where), without opening the store: for a reader
 // told where the store is (enqueue -store) rather than where the record
 // says.
+//
+// runID and taskID come from a record in Redis: each must name one
+// directory (no "/", no leading ".", as the stores' Publish refuses), so
+// that a forged record cannot lead the reader out of the store.
 func Where(location, runID, taskID string) (string, error) {
+	for _, id := range []struct{ field, v string }{{"run_id", runID}, {"task_id", taskID}} {
+		if id.v == "" || strings.ContainsAny(id.v, "/\\\x00") || strings.HasPrefix(id.v, ".") {
+			return "", fmt.Errorf("%s %q cannot name a directory of the store", id.field, id.v)
+		}
+	}
 	switch {
 	case location == "":
 		return "", errors.New("empty: want a directory or s3://bucket/prefix")

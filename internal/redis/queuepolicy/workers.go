@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -140,7 +142,14 @@ func LoadWorkers(ctx context.Context, rdb redis.UniversalClient, prefix, queue s
 func Stores(workers []Announcement) []string {
 	var out []string
 	for _, w := range workers {
-		if w.Store != "" && !slices.Contains(out, w.Store) {
+		// Only what a worker writes: an s3:// URL, or a clean absolute
+		// directory other than the root. An entry anyone with write access
+		// to Redis forged otherwise leads a reader nowhere.
+		abs := filepath.IsAbs(w.Store) && filepath.Clean(w.Store) == w.Store && w.Store != "/"
+		if !abs && !strings.HasPrefix(w.Store, "s3://") {
+			continue
+		}
+		if !slices.Contains(out, w.Store) {
 			out = append(out, w.Store)
 		}
 	}

@@ -75,3 +75,15 @@ func TestAnnounce(t *testing.T) {
 		t.Error("an announcement without a name was taken")
 	}
 }
+
+// Stores keeps only what a worker writes: a clean absolute directory
+// other than the root, or an s3:// URL; a forged entry leads nowhere.
+func TestStoresRefusesForged(t *testing.T) {
+	var ws []queuepolicy.Announcement
+	for _, s := range []string{"/", "relative/dir", "/srv/../etc", "/srv/store/", "ftp://x", "/srv/store", "s3://b/p"} {
+		ws = append(ws, queuepolicy.Announcement{Worker: "w-" + s, Store: s})
+	}
+	if got := queuepolicy.Stores(ws); !slices.Equal(got, []string{"/srv/store", "s3://b/p"}) {
+		t.Errorf("Stores: %q, want only /srv/store and s3://b/p", got)
+	}
+}
