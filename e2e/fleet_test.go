@@ -36,6 +36,12 @@ import (
 // log lines are parsed as they arrive into the fleet's journal.
 
 // fleetUIDSpan is the size of each worker's uid range.
+//
+// The tests of different packages run at the same time, and a fleet's
+// leftover scan counts every process of its uids: each package runs steps
+// in uids of its own. Here: 200000-209999 (one worker, the default range),
+// 300000-359999 (fleets); internal/isolation/sandbox 370000-370999,
+// worker 380000-380099, internal/bench 400000-409999.
 const fleetUIDSpan = 16
 
 type fleetConfig struct {

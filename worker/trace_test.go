@@ -90,7 +90,9 @@ func tracedWorker(t *testing.T, tp trace.TracerProvider, logs *syncBuffer) (cfg 
 	cfg = Config{
 		Redis: rdb, Prefix: q + ":", Queues: map[string]int{q: 1}, Concurrency: 1,
 		Isolation: BestEffort, Cgroup: "off", WorkspaceRoot: filepath.Join(root, "ws"),
-		UIDLockDir: filepath.Join(root, "uids"), Sink: &promote.FS{Dir: filepath.Join(root, "store")},
+		// Not e2e's 200000 range: its tests look for processes of those uids.
+		UIDLockDir: filepath.Join(root, "uids"), UIDFirst: 380000, UIDCount: 100,
+		Sink:       &promote.FS{Dir: filepath.Join(root, "store")},
 		FetchAllow: []string{"127.0.0.1"}, SweepInterval: time.Hour, TracerProvider: tp,
 		Logger: zerolog.New(logs),
 	}
