@@ -17,7 +17,10 @@ import (
 // which its store said is at where (the record's published_to):
 //
 //   - in ClientOptions.Store when set: the reader's own view of the store;
-//   - at where when it is absolute or an s3:// URL, as workers write it;
+//   - at where when it is absolute or an s3:// URL, as workers write it,
+//     and has the shape of the publication of this run's task
+//     (storage.CheckWhere: a forged record cannot send the reader
+//     elsewhere, and what it reads stays beneath where);
 //   - else (a worker whose -store was relative, before workers made it
 //     absolute) in the store the queue's workers announce, when they
 //     announce one; several are an error naming them, never a guess; none
@@ -31,6 +34,9 @@ func (c *Client) readFrom(ctx context.Context, queue, taskID string, rec *record
 		return w, nil
 	}
 	if storage.IsS3(where) || filepath.IsAbs(where) {
+		if err := storage.CheckWhere(where, rec.RunID, taskID); err != nil {
+			return "", fmt.Errorf("airlock: task %s: %w: not read (give the workers' store: enqueue -store, ClientOptions.Store)", taskID, err)
+		}
 		return where, nil
 	}
 	workers, err := queuepolicy.LoadWorkers(ctx, c.rdb, c.opts.Prefix, queue, time.Now())

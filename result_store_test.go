@@ -133,3 +133,61 @@ func TestEnqueueNoWorker(t *testing.T) {
 		t.Errorf("a new client after the withdrawal: %+v, %v; want NoWorker", e, err)
 	}
 }
+
+// TestResultRefusesForgedPublishedTo: a record's published_to that is not
+// the shape of its run's publication is not read, nor a link the
+// publication holds to a file outside it (someone who can write Redis and
+// plant a directory cannot make a reader serve a file of its choice).
+func TestResultRefusesForgedPublishedTo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, dir := redistest.Queue(t), t.TempDir()
+	secret := filepath.Join(t.TempDir(), "secret.json")
+	if err := os.WriteFile(secret, []byte(`{"password": "hunter2"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	redistest.ServePromoted(t, q, dir, func(where, runID, taskID string) string {
+		switch {
+		case strings.HasPrefix(runID, "elsewhere-"):
+			return filepath.Dir(secret)
+		case strings.HasPrefix(runID, "dotdot-"):
+			return where + "/../../" + runID + "/" + taskID
+		case strings.HasPrefix(runID, "s3-"):
+			return "s3://bucket/prefix/other/" + taskID + "/"
+		case strings.HasPrefix(runID, "link-"):
+			res := filepath.Join(where, "result.json")
+			if err := os.Remove(res); err != nil {
+				t.Error(err)
+			}
+			if err := os.Symlink(secret, res); err != nil {
+				t.Error(err)
+			}
+		}
+		return where
+	})
+	c := newClient(t, airlock.ClientOptions{Retention: time.Hour})
+	for _, tc := range []struct{ runID, want string }{
+		{"elsewhere-1", "does not end with /elsewhere-1/"},
+		{"dotdot-1", "is not a clean absolute path"},
+		{"s3-1", "does not end with /s3-1/"},
+		{"link-1", "result.json"},
+	} {
+		spec := newSpec(q)
+		spec.RunID = tc.runID
+		e, err := c.Enqueue(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Wait(ctx, q, e.TaskID); err != nil {
+			t.Fatal(err)
+		}
+		p, err := c.Result(ctx, e.TaskID)
+		t.Logf("%s: %v", tc.runID, err)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || p != nil {
+			t.Errorf("%s: %+v, %v; want an error with %q", tc.runID, p, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: the error holds the secret: %v", tc.runID, err)
+		}
+	}
+}

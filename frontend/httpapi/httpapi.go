@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -327,19 +328,32 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, p *Problem) {
 }
 
 // internal answers an error of Redis or of the store: 503 when Redis
-// cannot be reached, else 500, with the error's text.
+// cannot be reached, else 500. The error's text goes to the API's log
+// line, not to the caller: it may name the store's paths, the API's own
+// directory or Redis's address.
 func (h *Handler) internal(w http.ResponseWriter, r *http.Request, err error) {
-	status, typ := http.StatusInternalServerError, ProblemInternal
+	p := &Problem{Type: ProblemInternal, Status: http.StatusInternalServerError,
+		Detail: "the API could not read Redis or the store; its log has the cause"}
 	if isUnavailable(err) {
-		status, typ = http.StatusServiceUnavailable, ProblemUnavailable
+		p.Type, p.Status, p.Detail = ProblemUnavailable, http.StatusServiceUnavailable, "Redis cannot be reached; the API's log has the cause"
 	}
-	h.fail(w, r, &Problem{Type: typ, Status: status, Detail: err.Error()})
+	h.failLogged(w, r, p, err)
+}
+
+// failLogged writes p, and keeps cause, not p's detail, for the log line.
+func (h *Handler) failLogged(w http.ResponseWriter, r *http.Request, p *Problem, cause error) {
+	writeProblem(w, r, p)
+	if rw, ok := w.(*responseWriter); ok {
+		rw.problem = cause.Error()
+	}
 }
 
 // isUnavailable reports whether err says that Redis could not be reached.
 func isUnavailable(err error) bool {
-	var ne interface{ Timeout() bool }
-	return errors.As(err, &ne) || errors.Is(err, redis.ErrClosed) ||
+	// A network operation's error, not any net.Error: the syscall.Errno
+	// of a store's *fs.PathError is one too.
+	var oe *net.OpError
+	return errors.As(err, &oe) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
 		strings.Contains(err.Error(), "connection refused")
 }
 
@@ -347,7 +361,7 @@ func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := h.rdb.Ping(ctx).Err(); err != nil {
-		h.fail(w, r, &Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, Detail: "redis: " + err.Error()})
+		h.failLogged(w, r, &Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, Detail: "Redis cannot be reached"}, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

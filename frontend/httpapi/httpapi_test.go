@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -490,6 +492,15 @@ func TestResultAndApprovals(t *testing.T) {
 	if !jsonEqual(pub.Result, `{"total": 42}`) || pub.Manifest.TaskID != en.TaskID || pub.Manifest.AcceptedBy != "alice" ||
 		len(pub.Manifest.Artifacts) != 1 || pub.Where == "" {
 		t.Errorf("result: %s", r.body)
+	}
+	// A store the API cannot read any more is a 500 whose detail names
+	// no path of the API's: the cause is in its log.
+	if err := os.Remove(filepath.Join(pub.Where, "manifest.json")); err != nil {
+		t.Fatal(err)
+	}
+	p = e.do(request{method: "GET", path: "/v1/runs/" + en.TaskID + "/result", token: tokReader}).problem(t, http.StatusInternalServerError)
+	if wd, _ := os.Getwd(); strings.Contains(p.Detail, pub.Where) || strings.Contains(p.Detail, wd) || !strings.Contains(p.Detail, "its log has the cause") {
+		t.Errorf("a store the API cannot read: %+v", p)
 	}
 	var hist struct {
 		History []struct {

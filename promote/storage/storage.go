@@ -142,7 +142,7 @@ func (r *Reader) ReadFile(ctx context.Context, where, name string, max int64) ([
 		}
 		return s3r.ReadFile(ctx, where, name, max)
 	}
-	return readFile(filepath.Join(where, filepath.FromSlash(name)), max)
+	return readFile(where, name, max)
 }
 
 // Close releases the idle connections of the S3 client, if any.
@@ -169,13 +169,33 @@ func (r *Reader) s3Reader(ctx context.Context) (*s3store.Reader, error) {
 	return r.s3, nil
 }
 
-// readFile reads at most max bytes of path.
-func readFile(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
+// readFile reads at most max bytes of the regular file name beneath the
+// directory dir. A link is followed only where it stays beneath dir (a
+// store writes none: a link there was planted), and anything but a
+// regular file is refused before a byte is read (a FIFO would block the
+// reader, a device could be endless).
+func readFile(dir, name string, max int64) ([]byte, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	f, err := root.OpenFile(filepath.FromSlash(name), os.O_RDONLY|nonBlock, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, filepath.FromSlash(name))
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
+	}
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
 		return nil, err
@@ -184,6 +204,36 @@ func readFile(path string, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
 	}
 	return b, nil
+}
+
+// CheckWhere checks that where, a publication's location as a record
+// gives it (its published_to), has the shape a store gives the
+// publication of task taskID of run runID: a clean absolute directory
+// ending in runID/taskID, or s3://bucket/prefix/runID/taskID/. A reader
+// that has no store of its own to look in reads only such a location;
+// what it reads there is confined beneath it (ReadFile).
+func CheckWhere(where, runID, taskID string) error {
+	if _, err := Where("/", runID, taskID); err != nil {
+		return err
+	}
+	tail := runID + "/" + taskID
+	if IsS3(where) {
+		rest, ok := strings.CutSuffix(where, "/"+tail+"/")
+		if !ok {
+			return fmt.Errorf("published_to %q does not end with /%s/, as an S3 store names the publication", where, tail)
+		}
+		if _, _, err := s3store.ParseURL(rest); err != nil {
+			return fmt.Errorf("published_to %q: %w", where, err)
+		}
+		return nil
+	}
+	if !filepath.IsAbs(where) || filepath.Clean(where) != where {
+		return fmt.Errorf("published_to %q is not a clean absolute path", where)
+	}
+	if !strings.HasSuffix(filepath.ToSlash(where), "/"+tail) || len(where) == len(tail)+1 {
+		return fmt.Errorf("published_to %q does not end with /%s, as a store names the publication", where, tail)
+	}
+	return nil
 }
 
 // shared is the Reader of ReadFile.
