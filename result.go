@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"strings"
 
 	"github.com/hibiken/asynq"
 
@@ -65,29 +64,14 @@ const (
 // rejected, expired, failed...); a task in no queue, an error matching
 // ErrNotFound.
 func (c *Client) Result(ctx context.Context, taskID string) (*Published, error) {
-	queues, err := c.insp.Queues()
+	queue, err := c.Locate(ctx, taskID)
 	if err != nil {
-		return nil, fmt.Errorf("airlock: list queues: %w", err)
-	}
-	var found []string
-	var info *asynq.TaskInfo
-	for _, q := range queues {
-		ti, err := c.insp.GetTaskInfo(q, taskID)
-		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-			continue
+		if ambiguousQueues(err) {
+			return nil, fmt.Errorf("%w (ResultIn, enqueue -queue)", err)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("airlock: task %s in queue %q: %w", taskID, q, err)
-		}
-		found, info = append(found, q), ti
+		return nil, err
 	}
-	switch len(found) {
-	case 0:
-		return nil, &NotFoundError{TaskID: taskID, Err: asynq.ErrTaskNotFound}
-	case 1:
-		return c.published(ctx, taskID, info)
-	}
-	return nil, fmt.Errorf("airlock: task %s is in queues %s: say which (ResultIn, enqueue -queue)", taskID, strings.Join(found, ", "))
+	return c.ResultIn(ctx, queue, taskID)
 }
 
 // ResultIn is Result for the task taskID of queue.

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/internal/redis/asynqkey"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -90,7 +93,7 @@ func (c *Client) Status(ctx context.Context, queue, taskID string) (*record.Run,
 // as Result does: an error matching ErrNotFound when none does, and an
 // error naming them when several do (task ids are unique per queue only).
 func (c *Client) Locate(ctx context.Context, taskID string) (string, error) {
-	queues, err := c.insp.Queues()
+	queues, err := c.rdb.SMembers(ctx, asynqkey.Queues).Result()
 	if err != nil {
 		return "", fmt.Errorf("airlock: list queues: %w", err)
 	}
@@ -100,19 +103,26 @@ func (c *Client) Locate(ctx context.Context, taskID string) (string, error) {
 // LocateIn is Locate among queues only (a caller bound to some queues
 // looks nowhere else).
 func (c *Client) LocateIn(ctx context.Context, taskID string, queues []string) (string, error) {
-	var found []string
-	for _, q := range queues {
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		_, err := c.insp.GetTaskInfo(q, taskID)
-		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-			continue
-		}
+	// One round trip whatever the number of queues: an EXISTS of the
+	// task's key in each (a pipeline, which a Cluster client splits by
+	// node), where asynq's Inspector takes two per queue.
+	exists := make([]*redis.IntCmd, len(queues))
+	if len(queues) > 0 {
+		_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, q := range queues {
+				exists[i] = p.Exists(ctx, asynqkey.Task(q, taskID))
+			}
+			return nil
+		})
 		if err != nil {
-			return "", fmt.Errorf("airlock: task %s in queue %q: %w", taskID, q, err)
+			return "", fmt.Errorf("airlock: look for task %s in %d queues: %w", taskID, len(queues), err)
 		}
-		found = append(found, q)
+	}
+	var found []string
+	for i, q := range queues {
+		if exists[i].Val() > 0 {
+			found = append(found, q)
+		}
 	}
 	switch len(found) {
 	case 0:
@@ -120,5 +130,23 @@ func (c *Client) LocateIn(ctx context.Context, taskID string, queues []string) (
 	case 1:
 		return found[0], nil
 	}
-	return "", fmt.Errorf("airlock: task %s is in queues %s: say which", taskID, strings.Join(found, ", "))
+	slices.Sort(found)
+	return "", &ambiguousError{taskID: taskID, queues: found}
+}
+
+// ambiguousError is Locate's error for a task id found in several queues.
+type ambiguousError struct {
+	taskID string
+	queues []string
+}
+
+func (e *ambiguousError) Error() string {
+	return fmt.Sprintf("airlock: task %s is in queues %s: say which", e.taskID, strings.Join(e.queues, ", "))
+}
+
+// ambiguousQueues reports whether err is Locate's for a task id found in
+// several queues.
+func ambiguousQueues(err error) bool {
+	var a *ambiguousError
+	return errors.As(err, &a)
 }

@@ -3,6 +3,7 @@ package airlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +73,20 @@ func TestLocate(t *testing.T) {
 	if _, err := ac.Enqueue(asynq.NewTask(tasks.TypeRun, []byte(`{}`)), asynq.Queue(q2), asynq.TaskID(enq.TaskID)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Locate(ctx, enq.TaskID); err == nil || !strings.Contains(err.Error(), "is in queues") {
-		t.Errorf("Locate of an id in two queues: %v", err)
+	two := []string{q1, q2}
+	slices.Sort(two)
+	want := "airlock: task " + enq.TaskID + " is in queues " + strings.Join(two, ", ") + ": say which"
+	if _, err := c.Locate(ctx, enq.TaskID); err == nil || err.Error() != want {
+		t.Errorf("Locate of an id in two queues: %v, want %s", err, want)
+	}
+	if _, err := c.Result(ctx, enq.TaskID); err == nil || err.Error() != want+" (ResultIn, enqueue -queue)" {
+		t.Errorf("Result of an id in two queues: %v", err)
+	}
+	// A bound caller looks in its queues only.
+	if q, err := c.LocateIn(ctx, enq.TaskID, []string{q2}); err != nil || q != q2 {
+		t.Errorf("LocateIn(%s) = %q, %v", q2, q, err)
+	}
+	if _, err := c.LocateIn(ctx, enq.TaskID, nil); !errors.Is(err, airlock.ErrNotFound) {
+		t.Errorf("LocateIn no queue: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/redis/asynqkey"
 	"github.com/airlock-run/airlock/internal/tracing"
 	"github.com/airlock-run/airlock/record"
 )
@@ -101,13 +102,6 @@ func (c *completer) eventFailed(rec *record.Run, err error) {
 // resultRetryFor bounds how long store tries to store a record.
 const resultRetryFor = 10 * time.Second
 
-// taskKey is where asynq (v0.26, base.TaskKey) keeps a task: a hash whose
-// "result" field is the task's result, which its ResultWriter sets with
-// one HSET. The worker sets the field itself so that the run's event goes
-// in the same round trip; TestStoreRecordWhereAsynqReadsIt checks that
-// asynq's Inspector reads it back.
-func taskKey(queue, taskID string) string { return "asynq:{" + queue + "}:t:" + taskID }
-
 // store stores a run's record as its task's result and, when ev is
 // not nil, appends the run's event after it, in one round trip with the
 // index and audit updates of its approval (after, when not nil), queued
@@ -123,7 +117,7 @@ func taskKey(queue, taskID string) string { return "asynq:{" + queue + "}:t:" + 
 func (c *completer) store(ctx context.Context, queue, taskID string, b []byte, ev *events.Event, after approve.Ops) (evErr, err error) {
 	deadline := time.Now().Add(resultRetryFor)
 	delay := 100 * time.Millisecond
-	key := taskKey(queue, taskID)
+	key := asynqkey.Task(queue, taskID)
 	for {
 		var hset *redis.IntCmd
 		var xadd *redis.StringCmd

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/redis/asynqkey"
 )
 
 // MaxBy bounds the canceler's name a mark keeps, in bytes.
@@ -83,11 +84,6 @@ func Message(by, when string) string {
 	return fmt.Sprintf("canceled by %s %s", by, when)
 }
 
-// taskKey is where asynq (v0.26, base.TaskKey) keeps a task: a hash whose
-// "state" field is the task's state and "result" its result (the run
-// record). The worker's completer stores records there too.
-func taskKey(queue, taskID string) string { return "asynq:{" + queue + "}:t:" + taskID }
-
 // storeIfWaiting sets the task's result when the task waits for a worker
 // (asynq's states pending, scheduled, retry and aggregating), in one step,
 // and returns the task's state ("" for no task).
@@ -108,7 +104,7 @@ return s
 // waiting task's result is then the record its archiving keeps (asynq
 // archives a task with its hash, result included).
 func StoreIfWaiting(ctx context.Context, c redis.Scripter, queue, taskID string, rec []byte) (string, error) {
-	return storeIfWaiting.Run(ctx, c, []string{taskKey(queue, taskID)}, rec).Text()
+	return storeIfWaiting.Run(ctx, c, []string{asynqkey.Task(queue, taskID)}, rec).Text()
 }
 
 // Waiting reports whether state (asynq's name of a task's state) is one in
