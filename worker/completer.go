@@ -53,6 +53,11 @@ func (c *completer) complete(ctx context.Context, rec *record.Run, workerFailed,
 	if !ok {
 		queue = rec.Queue
 	}
+	if o := c.obs; o != nil {
+		// Counted before the record is visible: whoever saw the record
+		// (Wait, then a scrape) finds the attempt counted.
+		o.RunEnded(rec)
+	}
 	b, err := json.Marshal(rec)
 	var evErr error
 	if err == nil {
@@ -76,11 +81,8 @@ func (c *completer) complete(ctx context.Context, rec *record.Run, workerFailed,
 	if evErr != nil {
 		c.eventFailed(rec, evErr)
 	}
-	if o := c.obs; o != nil {
-		if err != nil {
-			o.RedisError("result")
-		}
-		o.RunEnded(rec)
+	if o := c.obs; o != nil && err != nil {
+		o.RedisError("result")
 	}
 	return err
 }

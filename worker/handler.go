@@ -163,6 +163,7 @@ func (w *Worker) report(ctx context.Context, rec *record.Run, out outcome) error
 	ctx, canceled := w.onCancel(ctx, rec, &out)
 	if errors.Is(out.err, errHandedBack) {
 		w.log.Warn().Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Msg("task interrupted by shutdown; handing it back to the queue")
+		w.handedBack.Store(rec.Queue, true)
 		<-ctx.Done() // asynq requeues the task when its shutdown timeout ends
 		return ctx.Err()
 	}

@@ -82,6 +82,9 @@ type Worker struct {
 	serving  atomic.Bool   // Run takes tasks: its asynq server started, no shutdown yet
 	inflight sync.WaitGroup
 	running  atomic.Int64 // handlers of TypeRun under way: what holds a slot
+	// handedBack holds the queues of the tasks handed back at shutdown,
+	// whose idle workers are woken once asynq requeued them.
+	handedBack sync.Map
 
 	// ended maps the task id of each running handler to a channel of
 	// why asynq failed its task, if it did (cancel.go).
@@ -448,7 +451,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			waiter.Stop() // a held poll keeps one of asynq's tokens
 		}
 		srv.Stop()
-		srv.Shutdown()
+		srv.Shutdown() // requeues the tasks handed back
+		if waiter != nil {
+			waiter.Release() // the client may serve another worker
+		}
+		w.wakeHandedBack()
 		w.inflight.Wait()
 		close(stopped)
 	}()
@@ -467,6 +474,21 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.log.Error().Dur("after", w.cfg.ShutdownTimeout+w.cfg.Grace).Msg("tasks still running past -shutdown-timeout and -grace: stopping without them")
 	}
 	return nil
+}
+
+// wakeHandedBack wakes the idle workers of each queue a task was handed
+// back to, so that one of them takes it at once, not at its next idle
+// poll (-idle-wait). Bounded: a Redis that does not answer costs the
+// shutdown at most a second.
+func (w *Worker) wakeHandedBack() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	w.handedBack.Range(func(q, _ any) bool {
+		if err := wake.Notify(ctx, w.cfg.Redis, w.cfg.Prefix, q.(string)); err != nil {
+			w.log.Warn().Err(err).Str("queue", q.(string)).Msg("wake the queue's workers for the tasks handed back")
+		}
+		return ctx.Err() == nil
+	})
 }
 
 // retryDelay spaces retries of infrastructure failures: 1s, 2s, 4s... 1m.

@@ -42,6 +42,18 @@ type helperConfig struct {
 	CgroupThread bool `json:"cgroup_thread,omitempty"`
 }
 
+// init keeps a helper's main goroutine on the main thread from the start
+// (Go runs main on the main thread when an init locks it): locked only in
+// helperMain, the goroutine could have moved to another thread by then,
+// leaving the main thread free for the spawner's goroutine, which must
+// not run there (enterSlotCgroup). Seen under load: the step failed with
+// "the spawner runs on the main thread".
+func init() {
+	if len(os.Args) >= 2 && os.Args[1] == helperArg {
+		runtime.LockOSThread()
+	}
+}
+
 // MaybeHelper runs the slot helper and exits when the process was started
 // as one. Otherwise it marks every descriptor above stderr that the process
 // inherited close-on-exec, so that none reaches a helper or a step, and

@@ -14,7 +14,8 @@
 // wait, and a task enqueued by Airlock's client starts as soon as the
 // wake-up arrives. asynq's own moves of scheduled and retry tasks that
 // came due (its forward script, seen in the same hook) wake the polls too.
-// A task enqueued without a wake-up (a bare asynq client, a task handed
+// A stopping worker wakes the queues it handed tasks back to (Notify). A
+// task enqueued without a wake-up (a bare asynq client, a task handed
 // back after a crash, a wake-up lost with a connection) waits at most the
 // idle wait. asynq itself is unchanged.
 package wake
@@ -65,6 +66,10 @@ type Waiter struct {
 	stop   chan struct{}
 	once   sync.Once
 	ps     *redis.PubSub
+
+	// released makes the hook pass everything through: the asynq server
+	// whose polls it held has shut down (Release).
+	released atomic.Bool
 
 	empty atomic.Int32 // consecutive empty dequeues
 	woken atomic.Int64 // waits ended by a wake-up
@@ -129,6 +134,16 @@ func (w *Waiter) Stop() {
 	})
 }
 
+// Release makes the hook inert, for good, once the asynq server it held
+// the polls of has shut down. go-redis cannot remove a hook: without
+// Release, a later server on the same client (a worker started again in
+// the same process) would find every poll answered "empty" by the hook of
+// a stopped Waiter. Release implies Stop.
+func (w *Waiter) Release() {
+	w.Stop()
+	w.released.Store(true)
+}
+
 // Counts returns how many waits a wake-up ended, and how many MaxIdle did.
 func (w *Waiter) Counts() (woken, timedOut int64) { return w.woken.Load(), w.timed.Load() }
 
@@ -147,6 +162,9 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 
 func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.w.released.Load() {
+			return next(ctx, cmd)
+		}
 		args := cmd.Args()
 		if q, ok := queueOf(args); !ok || !h.w.own[q] {
 			// Not asynq's polls of this worker's queues: another

@@ -108,6 +108,38 @@ func TestWaiterHoldsIdlePolls(t *testing.T) {
 	}
 }
 
+// A Waiter released after its server's shutdown leaves the client to a
+// later server (a worker started again in the same process): that
+// server's polls reach Redis, where a stopped Waiter's hook would answer
+// every one "empty".
+func TestWaiterReleased(t *testing.T) {
+	ctx := context.Background()
+	q := redistest.Queue(t)
+	rdb := redis.NewClient(mustOptions(t))
+	defer rdb.Close()
+	w := wake.New(rdb, "wake-test:"+q+":", []string{q}, time.Hour)
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb.AddHook(w.Hook())
+	first, _ := serve(t, rdb, q, time.Hour)
+	time.Sleep(200 * time.Millisecond) // idle: a poll is held
+	w.Stop()
+	first.Shutdown()
+	w.Release()
+
+	second, started := serve(t, rdb, q, time.Hour)
+	defer second.Shutdown()
+	if _, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("t", nil), asynq.Queue(q)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(3 * time.Second):
+		t.Fatal("a second server on the client did not start the task within 3s")
+	}
+}
+
 // serve starts an asynq server on q polling every 10 ms, forwarding due
 // tasks every delayed; started receives each task's start.
 func serve(t *testing.T, rdb redis.UniversalClient, q string, delayed time.Duration) (*asynq.Server, chan time.Time) {
