@@ -37,6 +37,18 @@ func (e *NotPromotedError) Error() string {
 // Is reports whether target is ErrNotPromoted.
 func (e *NotPromotedError) Is(target error) bool { return target == ErrNotPromoted }
 
+// ErrStoreUnreadable is matched (errors.Is) by the errors of Result that
+// come from the store, not from Redis: a publication this process cannot
+// find, read or trust. The HTTP API answers them as its own failure, never
+// as Redis being unreachable.
+var ErrStoreUnreadable = errors.New("airlock: the publication could not be read from the store")
+
+// storeError marks an error of reading the store (ErrStoreUnreadable).
+type storeError struct{ error }
+
+func (e storeError) Is(target error) bool { return target == ErrStoreUnreadable }
+func (e storeError) Unwrap() error        { return e.error }
+
 // Published is a promoted run's output, as the store holds it.
 type Published struct {
 	Manifest approve.Manifest
@@ -66,7 +78,7 @@ const (
 func (c *Client) Result(ctx context.Context, taskID string) (*Published, error) {
 	queue, err := c.Locate(ctx, taskID)
 	if err != nil {
-		if ambiguousQueues(err) {
+		if errors.Is(err, ErrAmbiguous) {
 			return nil, fmt.Errorf("%w (ResultIn, enqueue -queue)", err)
 		}
 		return nil, err
@@ -119,10 +131,25 @@ func (c *Client) published(ctx context.Context, taskID string, info *asynq.TaskI
 	if where, err = c.readFrom(ctx, info.Queue, taskID, rec, where); err != nil { // result_store.go
 		return nil, err
 	}
-	// The manifest first: a run is published only once it exists.
+	p, err := readPublication(ctx, where, taskID, rec.RunID, info.Queue)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, storeError{c.noManifest(taskID, where, err)}
+	}
+	if err != nil {
+		return nil, storeError{err}
+	}
+	return p, nil
+}
+
+// readPublication reads the publication at where of task taskID of run
+// runID in queue: its manifest first (a run is published only once it
+// exists; an error matching fs.ErrNotExist when it does not), which must
+// name that task, run and queue (a forged record pointing at another
+// queue's publication is refused), then its result.
+func readPublication(ctx context.Context, where, taskID, runID, queue string) (*Published, error) {
 	mb, err := storage.ReadFile(ctx, where, "manifest.json", maxManifest)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, c.noManifest(taskID, where, err)
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("airlock: task %s was published to %s, which this process cannot read: %w", taskID, where, err)
@@ -131,13 +158,18 @@ func (c *Client) published(ctx context.Context, taskID string, info *asynq.TaskI
 	if err := json.Unmarshal(mb, &p.Manifest); err != nil {
 		return nil, fmt.Errorf("airlock: %s/manifest.json: %w", where, err)
 	}
-	if p.Manifest.TaskID != taskID {
-		return nil, fmt.Errorf("airlock: %s holds task %s, not %s", where, p.Manifest.TaskID, taskID)
+	switch m := p.Manifest; {
+	case m.TaskID != taskID:
+		return nil, fmt.Errorf("airlock: %s holds task %s, not %s", where, m.TaskID, taskID)
+	case m.RunID != runID:
+		return nil, fmt.Errorf("airlock: %s holds run %s, not %s", where, m.RunID, runID)
+	case m.Run.Queue != "" && m.Run.Queue != queue: // older manifests name no queue
+		return nil, fmt.Errorf("airlock: %s holds a run of queue %q, not %q", where, m.Run.Queue, queue)
 	}
 	if p.Manifest.Result != nil {
 		rb, err := storage.ReadFile(ctx, where, approve.ResultName, maxResult)
-		if err != nil {
-			return nil, fmt.Errorf("airlock: %s: %w", where, err)
+		if err != nil { // %v: a missing result is no missing manifest
+			return nil, fmt.Errorf("airlock: %s: %v", where, err)
 		}
 		p.Result = rb
 	}

@@ -3,7 +3,6 @@ package airlock
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -24,18 +23,20 @@ import (
 //   - else (a worker whose -store was relative, before workers made it
 //     absolute) in the store the queue's workers announce, when they
 //     announce one; several are an error naming them, never a guess; none
-//     leaves where relative to this process's directory.
+//     is an error asking for the store: a relative path is never read
+//     relative to this process's directory (a forged one could lead
+//     anywhere from there).
 func (c *Client) readFrom(ctx context.Context, queue, taskID string, rec *record.Run, where string) (string, error) {
 	if c.opts.Store != "" {
 		w, err := storage.Where(c.opts.Store, rec.RunID, taskID)
 		if err != nil {
-			return "", fmt.Errorf("airlock: store %w (enqueue -store, ClientOptions.Store)", err)
+			return "", storeError{fmt.Errorf("airlock: store %w (enqueue -store, ClientOptions.Store)", err)}
 		}
 		return w, nil
 	}
 	if storage.IsS3(where) || filepath.IsAbs(where) {
 		if err := storage.CheckWhere(where, rec.RunID, taskID); err != nil {
-			return "", fmt.Errorf("airlock: task %s: %w: not read (give the workers' store: enqueue -store, ClientOptions.Store)", taskID, err)
+			return "", storeError{fmt.Errorf("airlock: task %s: %w: not read (give the workers' store: enqueue -store, ClientOptions.Store)", taskID, err)}
 		}
 		return where, nil
 	}
@@ -45,12 +46,16 @@ func (c *Client) readFrom(ctx context.Context, queue, taskID string, rec *record
 	}
 	switch stores := queuepolicy.Stores(workers); len(stores) {
 	case 0:
-		return where, nil
+		return "", storeError{fmt.Errorf("airlock: task %s was published to %s, relative to its worker's directory, and no worker of queue %q announces its store: give the workers' store (enqueue -store, ClientOptions.Store)", taskID, where, queue)}
 	case 1:
-		return storage.Where(stores[0], rec.RunID, taskID)
+		w, err := storage.Where(stores[0], rec.RunID, taskID)
+		if err != nil {
+			return "", storeError{err}
+		}
+		return w, nil
 	default:
-		return "", fmt.Errorf("airlock: task %s was published to %s, relative to its worker's directory, and the workers of queue %q announce %d stores (%s): say which holds it (enqueue -store, ClientOptions.Store)",
-			taskID, where, queue, len(stores), strings.Join(stores, ", "))
+		return "", storeError{fmt.Errorf("airlock: task %s was published to %s, relative to its worker's directory, and the workers of queue %q announce %d stores (%s): say which holds it (enqueue -store, ClientOptions.Store)",
+			taskID, where, queue, len(stores), strings.Join(stores, ", "))}
 	}
 }
 
@@ -61,9 +66,6 @@ func (c *Client) noManifest(taskID, where string, err error) error {
 	hint := "if this process sees the workers' store elsewhere, say where (enqueue -store, ClientOptions.Store)"
 	if c.opts.Store != "" {
 		hint = "read in the store " + c.opts.Store + " (-store): check that it is the workers' store"
-	} else if !storage.IsS3(where) && !filepath.IsAbs(where) {
-		dir, _ := os.Getwd()
-		hint = "a path relative to its worker's directory, read from " + dir + ": give the workers' store (enqueue -store, ClientOptions.Store)"
 	}
 	return fmt.Errorf("airlock: task %s: %s holds no manifest: %w (%w); %s", taskID, where, ErrNotPromoted, err, hint)
 }

@@ -17,8 +17,9 @@ import (
 // TestResultReadsWhereTheWorkerWrote: Result reads an absolute
 // published_to as it is; a relative one (an older worker's) in the store
 // the queue's workers announce, an error naming them when they announce
-// several, and relative to this process's directory, with a hint, when
-// none does; ClientOptions.Store overrides all of it.
+// several, and an error asking for the store when none does (never
+// relative to this process's directory); ClientOptions.Store overrides
+// all of it.
 func TestResultReadsWhereTheWorkerWrote(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -50,11 +51,11 @@ func TestResultReadsWhereTheWorkerWrote(t *testing.T) {
 	if p, err := c.Result(ctx, abs); err != nil || p.Where != filepath.Join(dir, "abs-1", abs) || string(p.Result) != redistest.PromotedResult {
 		t.Errorf("absolute published_to: %+v, %v", p, err)
 	}
-	// Relative, nothing announced: read from here, which holds nothing.
-	wd, _ := os.Getwd()
+	// Relative, nothing announced: not read from here (a forged relative
+	// path could lead anywhere), an error asking for the store.
 	_, err := c.Result(ctx, rel)
-	if !errors.Is(err, airlock.ErrNotPromoted) || !strings.Contains(err.Error(), "airlock-store/rel-1/"+rel+" holds no manifest") ||
-		!strings.HasSuffix(err.Error(), "; a path relative to its worker's directory, read from "+wd+": give the workers' store (enqueue -store, ClientOptions.Store)") {
+	if want := "airlock: task " + rel + " was published to airlock-store/rel-1/" + rel + ", relative to its worker's directory, and no worker of queue \"" + q +
+		"\" announces its store: give the workers' store (enqueue -store, ClientOptions.Store)"; err == nil || err.Error() != want || !errors.Is(err, airlock.ErrStoreUnreadable) {
 		t.Errorf("relative, no store announced: %v", err)
 	}
 	// One store announced: read there.
@@ -154,6 +155,13 @@ func TestResultRefusesForgedPublishedTo(t *testing.T) {
 			return where + "/../../" + runID + "/" + taskID
 		case strings.HasPrefix(runID, "s3-"):
 			return "s3://bucket/prefix/other/" + taskID + "/"
+		case strings.HasPrefix(runID, "queue-"):
+			// The publication of the same ids in another queue: what a
+			// forged task in this queue would point at.
+			m := `{"run_id": "` + runID + `", "task_id": "` + taskID + `", "run": {"queue": "someone-elses"}, "result": {"name": "result.json"}}`
+			if err := os.WriteFile(filepath.Join(where, "manifest.json"), []byte(m), 0o600); err != nil {
+				t.Error(err)
+			}
 		case strings.HasPrefix(runID, "link-"):
 			res := filepath.Join(where, "result.json")
 			if err := os.Remove(res); err != nil {
@@ -170,7 +178,8 @@ func TestResultRefusesForgedPublishedTo(t *testing.T) {
 		{"elsewhere-1", "does not end with /elsewhere-1/"},
 		{"dotdot-1", "is not a clean absolute path"},
 		{"s3-1", "does not end with /s3-1/"},
-		{"link-1", "result.json"},
+		{"link-1", "result.json: a symbolic link, which no store writes"},
+		{"queue-1", `holds a run of queue "someone-elses"`},
 	} {
 		spec := newSpec(q)
 		spec.RunID = tc.runID
@@ -188,6 +197,9 @@ func TestResultRefusesForgedPublishedTo(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("%s: the error holds the secret: %v", tc.runID, err)
+		}
+		if !errors.Is(err, airlock.ErrStoreUnreadable) {
+			t.Errorf("%s: %v does not match ErrStoreUnreadable", tc.runID, err)
 		}
 	}
 }

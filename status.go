@@ -134,6 +134,11 @@ func (c *Client) LocateIn(ctx context.Context, taskID string, queues []string) (
 	return "", &ambiguousError{taskID: taskID, queues: found}
 }
 
+// ErrAmbiguous is matched (errors.Is) by the error of Locate and Result
+// for a task id found in several queues (ids are unique per queue only):
+// the caller must say which.
+var ErrAmbiguous = errors.New("airlock: task id in several queues")
+
 // ambiguousError is Locate's error for a task id found in several queues.
 type ambiguousError struct {
 	taskID string
@@ -144,9 +149,4 @@ func (e *ambiguousError) Error() string {
 	return fmt.Sprintf("airlock: task %s is in queues %s: say which", e.taskID, strings.Join(e.queues, ", "))
 }
 
-// ambiguousQueues reports whether err is Locate's for a task id found in
-// several queues.
-func ambiguousQueues(err error) bool {
-	var a *ambiguousError
-	return errors.As(err, &a)
-}
+func (e *ambiguousError) Is(target error) bool { return target == ErrAmbiguous }

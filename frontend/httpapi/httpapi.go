@@ -334,7 +334,11 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, p *Problem) {
 func (h *Handler) internal(w http.ResponseWriter, r *http.Request, err error) {
 	p := &Problem{Type: ProblemInternal, Status: http.StatusInternalServerError,
 		Detail: "the API could not read Redis or the store; its log has the cause"}
-	if isUnavailable(err) {
+	if errors.Is(err, airlock.ErrStoreUnreadable) {
+		// The store, not Redis, whatever the error says (an S3 endpoint
+		// that refuses connections is no Redis outage).
+		p.Detail = "the API could not read the run's publication in the store; its log has the cause"
+	} else if isUnavailable(err) {
 		p.Type, p.Status, p.Detail = ProblemUnavailable, http.StatusServiceUnavailable, "Redis cannot be reached; the API's log has the cause"
 	}
 	h.failLogged(w, r, p, err)

@@ -499,7 +499,7 @@ func TestResultAndApprovals(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = e.do(request{method: "GET", path: "/v1/runs/" + en.TaskID + "/result", token: tokReader}).problem(t, http.StatusInternalServerError)
-	if wd, _ := os.Getwd(); strings.Contains(p.Detail, pub.Where) || strings.Contains(p.Detail, wd) || !strings.Contains(p.Detail, "its log has the cause") {
+	if wd, _ := os.Getwd(); strings.Contains(p.Detail, pub.Where) || strings.Contains(p.Detail, wd) || !strings.Contains(p.Detail, "could not read the run's publication in the store; its log has the cause") {
 		t.Errorf("a store the API cannot read: %+v", p)
 	}
 	var hist struct {

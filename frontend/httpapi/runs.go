@@ -197,17 +197,13 @@ func (h *Handler) runError(w http.ResponseWriter, r *http.Request, taskID string
 	case errors.As(err, &np):
 		h.fail(w, r, &Problem{Type: ProblemNotPromoted, Status: http.StatusConflict, Title: "Not promoted",
 			TaskID: taskID, State: string(np.State), Detail: err.Error()})
-	case ambiguousRE.MatchString(err.Error()):
+	case errors.Is(err, airlock.ErrAmbiguous):
 		h.fail(w, r, &Problem{Type: ProblemAmbiguousTask, Status: http.StatusConflict, Field: "queue", TaskID: taskID,
 			Detail: err.Error() + " (pass ?queue=)"})
 	default:
 		h.internal(w, r, err)
 	}
 }
-
-// ambiguousRE matches the error of Locate and Result for a task id found
-// in several queues.
-var ambiguousRE = regexp.MustCompile(`^airlock: task \S+ is in queues `)
 
 // parseWait reads the wait and until parameters: how long to wait (0: do
 // not), and whether through the approval.

@@ -15,9 +15,10 @@ import (
 )
 
 // TestReadFileConfined: a publication's files are read beneath it, and
-// only regular ones: a planted link out of it, a FIFO (which would block
-// a plain open) and a directory are refused, quickly; a link that stays
-// beneath it is followed.
+// only regular files with one link that are not links themselves (stores
+// write nothing else): a link out of it or within it, a hard link, a FIFO
+// (which would block a plain open), a directory are refused, quickly, and
+// so is a FIFO in place of the publication itself.
 func TestReadFileConfined(t *testing.T) {
 	ctx := context.Background()
 	where := t.TempDir()
@@ -33,28 +34,39 @@ func TestReadFileConfined(t *testing.T) {
 	if err := os.Symlink("result.json", filepath.Join(where, "same.json")); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Link(secret, filepath.Join(where, "hard.json")); err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Mkfifo(filepath.Join(where, "fifo.json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(filepath.Join(where, "dir.json"), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	fifoWhere := filepath.Join(t.TempDir(), "t1")
+	if err := syscall.Mkfifo(fifoWhere, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
-	for name, want := range map[string]string{
-		"out.json":  "escapes",
-		"fifo.json": "not a regular file",
-		"dir.json":  "not a regular file",
+	for _, tc := range []struct{ where, name, want string }{
+		{where, "out.json", "symbolic link"},
+		{where, "same.json", "symbolic link"},
+		{where, "hard.json", "2 hard links"},
+		{where, "fifo.json", "not a regular file"},
+		{where, "dir.json", "not a regular file"},
+		{where, "../secret.json", "not a file name of a publication"},
+		{fifoWhere, "manifest.json", "not a directory"},
 	} {
-		b, err := storage.ReadFile(ctx, where, name, 1<<20)
-		if err == nil || !strings.Contains(err.Error(), want) || b != nil {
-			t.Errorf("%s: %q, %v; want an error with %q", name, b, err, want)
+		b, err := storage.ReadFile(ctx, tc.where, tc.name, 1<<20)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || b != nil {
+			t.Errorf("%s in %s: %q, %v; want an error with %q", tc.name, tc.where, b, err, tc.want)
 		}
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the refusals took %s", d)
 	}
-	if b, err := storage.ReadFile(ctx, where, "same.json", 1<<20); err != nil || string(b) != `{"n": 1}` {
-		t.Errorf("a link beneath the publication: %q, %v", b, err)
+	if b, err := storage.ReadFile(ctx, where, "result.json", 1<<20); err != nil || string(b) != `{"n": 1}` {
+		t.Errorf("the publication's own file: %q, %v", b, err)
 	}
 }
 

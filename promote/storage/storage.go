@@ -170,17 +170,31 @@ func (r *Reader) s3Reader(ctx context.Context) (*s3store.Reader, error) {
 }
 
 // readFile reads at most max bytes of the regular file name beneath the
-// directory dir. A link is followed only where it stays beneath dir (a
-// store writes none: a link there was planted), and anything but a
-// regular file is refused before a byte is read (a FIFO would block the
-// reader, a device could be endless).
+// directory dir. Stores write regular files with one link, never a link:
+// what is anything else was planted, and is refused before a byte is read.
+// A symbolic link as the file's own name is refused (followed, it could
+// lead anywhere beneath dir, and dir may be a place others write to); so
+// is a file with several hard links, a FIFO (which would block the
+// reader: dir is opened as a directory and the file non-blocking), or a
+// device.
 func readFile(dir, name string, max int64) ([]byte, error) {
-	root, err := os.OpenRoot(dir)
+	// The trailing separator makes a FIFO or a file at dir fail at once
+	// (not a directory), where opening it would wait for a writer.
+	root, err := os.OpenRoot(dir + string(filepath.Separator))
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
-	f, err := root.OpenFile(filepath.FromSlash(name), os.O_RDONLY|nonBlock, 0)
+	name = filepath.FromSlash(name)
+	path := filepath.Join(dir, name)
+	li, err := root.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	if li.Mode()&fs.ModeSymlink != 0 {
+		return nil, fmt.Errorf("%s: a symbolic link, which no store writes", path)
+	}
+	f, err := root.OpenFile(name, os.O_RDONLY|nonBlock, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -189,11 +203,14 @@ func readFile(dir, name string, max int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, filepath.FromSlash(name))
-	if !fi.Mode().IsRegular() {
+	switch {
+	case !os.SameFile(li, fi):
+		return nil, fmt.Errorf("%s: replaced while being opened", path)
+	case !fi.Mode().IsRegular():
 		return nil, fmt.Errorf("%s: not a regular file (%s)", path, fi.Mode().Type())
-	}
-	if fi.Size() > max {
+	case links(fi) > 1:
+		return nil, fmt.Errorf("%s: %d hard links, where a store writes one", path, links(fi))
+	case fi.Size() > max:
 		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
