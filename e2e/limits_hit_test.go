@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -32,4 +34,13 @@ func TestLimitsHit(t *testing.T) {
 	if forks.Verdict != record.VerdictTimeout || !strings.Contains(forks.Error, "hit processes=16") {
 		t.Errorf("verdict %s, error %q: want a timeout naming the limit", forks.Verdict, forks.Error)
 	}
+	// When: the forks are refused at once, long before the 2 s deadline.
+	m := regexp.MustCompile(`forks? refused, the first by ([0-9.]+) s\)`).FindStringSubmatch(forks.Error)
+	if m == nil {
+		t.Fatalf("error %q: want when the limit was first hit", forks.Error)
+	}
+	if by, _ := strconv.ParseFloat(m[1], 64); by <= 0 || by > 1.5 {
+		t.Errorf("error %q: first hit by %v s, want within the first 1.5 s of a step that forks at once", forks.Error, by)
+	}
+	t.Logf("error: %s", forks.Error)
 }

@@ -74,8 +74,13 @@ func TestTraceEndToEnd(t *testing.T) {
 		map[string]string{"traceparent": approver}); s != http.StatusOK {
 		t.Fatalf("accept: %d %s", s, body)
 	}
+	// Each process exports on its own schedule: wait for the last span
+	// of each (the worker's promote, the API's POST and accept).
 	spans := ep.Await(time.Minute, func(s []otlptest.Span) bool {
-		return slices.ContainsFunc(s, func(s otlptest.Span) bool { return s.Name == "airlock.promote" })
+		has := func(name, service string) bool {
+			return slices.ContainsFunc(s, func(s otlptest.Span) bool { return s.Name == name && s.Service == service })
+		}
+		return has("airlock.promote", "airlock-worker") && has("POST /v1/runs", "airlock-api") && has("airlock.accept", "airlock-api")
 	})
 	find := func(name, service string) []otlptest.Span {
 		var out []otlptest.Span

@@ -209,7 +209,7 @@ func (w *Worker) sandboxStep(ctx context.Context, j *job, box *sandbox.Slot, ws 
 	}
 	sr.Argv = clipArgv(sr.Argv) // now: a session keeps its steps' entries until its close
 	if sr.Verdict == record.VerdictTimeout && len(sr.LimitsHit) > 0 && sr.Error == "" {
-		sr.Error = hitBeforeTimeout(sr, spec.Limits)
+		sr.Error = hitBeforeTimeout(sr, res, spec.Limits)
 	}
 	w.log.Info().Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Str("run_id", spec.RunID).Str("step", st.Name).
 		Str("verdict", string(sr.Verdict)).Interface("exit_code", sr.ExitCode).Str("signal", sr.Signal).
@@ -274,15 +274,16 @@ func stepRecord(st tasks.Step, r sandbox.Result, workspaceFull bool, cpuLimit ti
 
 // hitBeforeTimeout is the error of a step that timed out after hitting a
 // limit, its likely cause (a program that waits for a thread or a
-// process it could not start, or a page it could not get).
-func hitBeforeTimeout(sr record.Step, l limits.Set) string {
+// process it could not start, or a page it could not get), with when the
+// hit was first seen.
+func hitBeforeTimeout(sr record.Step, r sandbox.Result, l limits.Set) string {
 	var what []string
 	for _, h := range sr.LimitsHit {
 		switch h {
 		case record.LimitProcesses:
-			what = append(what, fmt.Sprintf("processes=%d (%d forks refused)", l.Processes, sr.PidsRefused))
+			what = append(what, fmt.Sprintf("processes=%d (%s refused%s)", l.Processes, count(sr.PidsRefused, "fork", "forks"), firstBy(r.PidsHitBy)))
 		case record.LimitMemory:
-			what = append(what, fmt.Sprintf("memory=%s (%d processes killed)", l.Memory, sr.OOMKills))
+			what = append(what, fmt.Sprintf("memory=%s (%s killed%s)", l.Memory, count(sr.OOMKills, "process", "processes"), firstBy(r.OOMHitBy)))
 		default:
 			what = append(what, h)
 		}
@@ -297,6 +298,22 @@ func hitBeforeTimeout(sr record.Step, l limits.Set) string {
 		msg += fmt.Sprintf(`; a browser needs about %s ("limits": {"profile": "browser"})`, b.Memory)
 	}
 	return msg
+}
+
+// count is n with its noun, one or many.
+func count(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// firstBy says when a limit's first hit was seen, "" when it was not.
+func firstBy(by time.Duration) string {
+	if by <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", the first by %.1f s", by.Seconds())
 }
 
 // limitsHit names the limits the kernel reported reached during a step:

@@ -260,6 +260,19 @@ func (g *Group) Usage(m Mark) (Usage, error) {
 	return u, nil
 }
 
+// Hits reports which limits the group reached since m: forks its pids
+// limit refused, processes its memory limit killed. Two small reads, for
+// a poll while a step runs (Usage reads them once it ended).
+func (g *Group) Hits(m Mark) (pids, memory bool) {
+	if now := g.pidsRefused(); now >= 0 && m.pidsRefused >= 0 {
+		pids = now > m.pidsRefused
+	}
+	if n, err := g.oomKills(); err == nil {
+		memory = n > m.oomKills
+	}
+	return pids, memory
+}
+
 // oomKills reads the oom_kill counter of memory.oom_control (v1) or
 // memory.events (v2).
 func (g *Group) oomKills() (int64, error) {

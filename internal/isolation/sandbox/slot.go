@@ -119,9 +119,14 @@ type Result struct {
 	// PidsRefused counts the forks the slot's pids limit refused during
 	// the step; -1 when unknown (no cgroup, or no pids.events).
 	PidsRefused int64
-	Killed      int // processes left behind and killed when the step ended
-	Stdout      Capture
-	Stderr      Capture
+	// PidsHitBy and OOMHitBy bound when, after the step's start, the pids
+	// limit first refused a fork and the memory limit first killed: a
+	// poll every HitPoll saw it by then (0: not seen while the step ran,
+	// or no cgroup).
+	PidsHitBy, OOMHitBy time.Duration
+	Killed              int // processes left behind and killed when the step ended
+	Stdout              Capture
+	Stderr              Capture
 }
 
 // Capture is one output stream: the first bytes up to the cap, and how many
@@ -305,8 +310,13 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 		defer t.Stop()
 		hard = t.C
 	}
+	var hits *hitClock
+	if cg != nil {
+		hits = watchHits(cg, mark)
+	}
 	resp, err := s.await(ctx, total.tripped(), hard)
 	total.finish() // the step is over: the captures drain its pipes
+	pidsBy, oomBy := hits.stop()
 	if err != nil {
 		s.stop() // its namespace dies with it: nothing of the step survives
 		wg.Wait()
@@ -335,6 +345,7 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 		CPU:      time.Duration(resp.UtimeUS+resp.StimeUS) * time.Microsecond,
 		MaxRSSKB: resp.MaxRSSKB, Killed: resp.Killed,
 		MemoryPeak: usage.PeakBytes, OOMKills: usage.OOMKills, PidsRefused: pidsRefused(cg, usage),
+		PidsHitBy: pidsBy, OOMHitBy: oomBy,
 		Stdout: outC, Stderr: errC,
 	}, nil
 }
