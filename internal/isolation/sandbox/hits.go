@@ -16,43 +16,47 @@ import (
 const HitPoll = 100 * time.Millisecond
 
 // hitClock polls a step's cgroup for the first hit of its pids and memory
-// limits, on a goroutine of its own, until stop.
+// limits, from a timer (no goroutine until the first poll is due), until
+// stop.
 type hitClock struct {
-	done   chan struct{}
-	wg     sync.WaitGroup
-	pidsBy time.Duration
-	oomBy  time.Duration
+	g     *cgroup.Group
+	m     cgroup.Mark
+	start time.Time
+	t     *time.Timer
+
+	mu      sync.Mutex // held by a poll and by stop
+	stopped bool
+	pidsBy  time.Duration
+	oomBy   time.Duration
 }
 
 // watchHits starts polling g for hits since m.
 func watchHits(g *cgroup.Group, m cgroup.Mark) *hitClock {
-	h := &hitClock{done: make(chan struct{})}
-	start := time.Now()
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		t := time.NewTicker(HitPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-h.done:
-				return
-			case <-t.C:
-			}
-			pids, oom := g.Hits(m)
-			by := time.Since(start)
-			if pids && h.pidsBy == 0 {
-				h.pidsBy = by
-			}
-			if oom && h.oomBy == 0 {
-				h.oomBy = by
-			}
-			if h.pidsBy != 0 && h.oomBy != 0 {
-				return
-			}
-		}
-	}()
+	h := &hitClock{g: g, m: m, start: time.Now()}
+	h.mu.Lock() // the first poll reads h.t
+	h.t = time.AfterFunc(HitPoll, h.poll)
+	h.mu.Unlock()
 	return h
+}
+
+// poll reads the group once, and comes again unless both hits were seen.
+func (h *hitClock) poll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return
+	}
+	pids, oom := h.g.Hits(h.m)
+	by := time.Since(h.start)
+	if pids && h.pidsBy == 0 {
+		h.pidsBy = by
+	}
+	if oom && h.oomBy == 0 {
+		h.oomBy = by
+	}
+	if h.pidsBy == 0 || h.oomBy == 0 {
+		h.t.Reset(HitPoll)
+	}
 }
 
 // stop ends the poll and returns by when each hit was first seen (0:
@@ -61,7 +65,9 @@ func (h *hitClock) stop() (pidsBy, oomBy time.Duration) {
 	if h == nil {
 		return 0, 0
 	}
-	close(h.done)
-	h.wg.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	h.t.Stop()
 	return h.pidsBy, h.oomBy
 }
