@@ -103,25 +103,28 @@ func (c *Client) Locate(ctx context.Context, taskID string) (string, error) {
 // LocateIn is Locate among queues only (a caller bound to some queues
 // looks nowhere else).
 func (c *Client) LocateIn(ctx context.Context, taskID string, queues []string) (string, error) {
-	// One round trip whatever the number of queues: an EXISTS of the
-	// task's key in each (a pipeline, which a Cluster client splits by
-	// node), where asynq's Inspector takes two per queue.
-	exists := make([]*redis.IntCmd, len(queues))
-	if len(queues) > 0 {
+	// An EXISTS of the task's key in each queue, locateBatch to a round
+	// trip (a pipeline, which a Cluster client splits by node), where
+	// asynq's Inspector takes two round trips per queue; the batches bound
+	// what a request holds whatever the number of queues.
+	var found []string
+	for len(queues) > 0 {
+		batch := queues[:min(len(queues), locateBatch)]
+		queues = queues[len(batch):]
+		exists := make([]*redis.IntCmd, len(batch))
 		_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, q := range queues {
+			for i, q := range batch {
 				exists[i] = p.Exists(ctx, asynqkey.Task(q, taskID))
 			}
 			return nil
 		})
 		if err != nil {
-			return "", fmt.Errorf("airlock: look for task %s in %d queues: %w", taskID, len(queues), err)
+			return "", fmt.Errorf("airlock: look for task %s in %d queues: %w", taskID, len(batch), err)
 		}
-	}
-	var found []string
-	for i, q := range queues {
-		if exists[i].Val() > 0 {
-			found = append(found, q)
+		for i, q := range batch {
+			if exists[i].Val() > 0 {
+				found = append(found, q)
+			}
 		}
 	}
 	switch len(found) {
@@ -133,6 +136,9 @@ func (c *Client) LocateIn(ctx context.Context, taskID string, queues []string) (
 	slices.Sort(found)
 	return "", &ambiguousError{taskID: taskID, queues: found}
 }
+
+// locateBatch is how many queues LocateIn asks about per round trip.
+const locateBatch = 256
 
 // ErrAmbiguous is matched (errors.Is) by the error of Locate and Result
 // for a task id found in several queues (ids are unique per queue only):

@@ -3,6 +3,7 @@ package airlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -88,5 +89,14 @@ func TestLocate(t *testing.T) {
 	}
 	if _, err := c.LocateIn(ctx, enq.TaskID, nil); !errors.Is(err, airlock.ErrNotFound) {
 		t.Errorf("LocateIn no queue: %v", err)
+	}
+	// Past one round trip's batch: found wherever it is among them.
+	many := make([]string, 600)
+	for i := range many {
+		many[i] = fmt.Sprintf("%s-none-%d", q1, i)
+	}
+	many[517] = q1
+	if q, err := c.LocateIn(ctx, enq.TaskID, many); err != nil || q != q1 {
+		t.Errorf("LocateIn among %d queues = %q, %v; want %s", len(many), q, err, q1)
 	}
 }
