@@ -455,8 +455,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		if waiter != nil {
 			waiter.Release() // the client may serve another worker
 		}
-		w.wakeHandedBack()
+		// asynq requeues a task without waiting for its handler: the
+		// handlers have all said which queues they handed back once they
+		// returned.
 		w.inflight.Wait()
+		w.wakeHandedBack()
 		close(stopped)
 	}()
 	select {
