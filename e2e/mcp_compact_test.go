@@ -6,84 +6,21 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/xeipuuv/gojsonschema"
 
+	"github.com/airlock-run/airlock/internal/testkit/mcptest"
 	"github.com/airlock-run/airlock/record"
 )
-
-// outSchemas are the output schemas of each session's tools, by name, as
-// tools/list declared them.
-var outSchemas struct {
-	sync.Mutex
-	by map[*mcp.ClientSession]map[string]*gojsonschema.Schema
-}
-
-// compileSchema compiles a tool's schema, checked against the draft-07
-// meta-schema.
-func compileSchema(t *testing.T, name string, schema any) *gojsonschema.Schema {
-	t.Helper()
-	raw, err := json.Marshal(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sl := gojsonschema.NewSchemaLoader()
-	sl.Draft = gojsonschema.Draft7
-	sl.Validate = true
-	s, err := sl.Compile(gojsonschema.NewBytesLoader(raw))
-	if err != nil {
-		t.Fatalf("%s: not a valid JSON Schema: %v\n%s", name, err, raw)
-	}
-	return s
-}
-
-// checkOutput checks a call's structured content against the output
-// schema its tool declares (listed again when the tool is new).
-func checkOutput(t *testing.T, cs *mcp.ClientSession, name string, structured json.RawMessage) {
-	t.Helper()
-	outSchemas.Lock()
-	defer outSchemas.Unlock()
-	if outSchemas.by == nil {
-		outSchemas.by = map[*mcp.ClientSession]map[string]*gojsonschema.Schema{}
-	}
-	s := outSchemas.by[cs][name]
-	if s == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		list, err := cs.ListTools(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := map[string]*gojsonschema.Schema{}
-		for _, tool := range list.Tools {
-			if tool.OutputSchema == nil {
-				t.Fatalf("%s declares no output schema", tool.Name)
-			}
-			m[tool.Name] = compileSchema(t, tool.Name, tool.OutputSchema)
-		}
-		outSchemas.by[cs] = m
-		if s = m[name]; s == nil {
-			t.Fatalf("no tool %s listed", name)
-		}
-	}
-	r, err := s.Validate(gojsonschema.NewBytesLoader(structured))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !r.Valid() {
-		t.Errorf("%s: structured content does not satisfy its output schema: %v\n%s", name, r.Errors(), structured)
-	}
-}
 
 // specSchema reads and compiles the resource airlock://spec-schema.
 func specSchema(t *testing.T, cs *mcp.ClientSession) *gojsonschema.Schema {
 	t.Helper()
 	text := readResource(t, cs, "airlock://spec-schema")
-	return compileSchema(t, "airlock://spec-schema", json.RawMessage(text))
+	return mcptest.CompileSchema(t, "airlock://spec-schema", json.RawMessage(text))
 }
 
 // readResource reads a resource's text.

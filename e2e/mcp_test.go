@@ -22,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/xeipuuv/gojsonschema"
 
+	"github.com/airlock-run/airlock/internal/testkit/mcptest"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -123,7 +124,7 @@ func call(t *testing.T, cs *mcp.ClientSession, name, args string, wantErr bool) 
 	if res.IsError != wantErr {
 		t.Fatalf("%s %s: isError %v, want %v: %s", name, args, res.IsError, wantErr, out.text())
 	}
-	checkOutput(t, cs, name, out.raw)
+	mcptest.CheckOutput(t, cs, name, res)
 	// The text is the structured content's JSON, for hosts that show
 	// only text (errors: the message).
 	if !res.IsError {
@@ -212,7 +213,7 @@ func TestMCPTools(t *testing.T) {
 		if tool.OutputSchema == nil {
 			t.Errorf("%s: no output schema", tool.Name)
 		} else {
-			compileSchema(t, tool.Name, tool.OutputSchema)
+			mcptest.CompileSchema(t, tool.Name, tool.OutputSchema)
 		}
 		// Nothing that decides an approval, by name or by argument.
 		var in struct {

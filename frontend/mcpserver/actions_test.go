@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-run/airlock/actions"
+	"github.com/airlock-run/airlock/internal/testkit/mcptest"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -62,7 +63,7 @@ func TestActionTools(t *testing.T) {
 	if err != nil || call.IsError {
 		t.Fatalf("call: %v %+v", err, call)
 	}
-	checkOutput(t, cs, "csv-report", call)
+	mcptest.CheckOutput(t, cs, "csv-report", call)
 	f.mu.Lock()
 	got := f.enqueued[len(f.enqueued)-1]
 	f.mu.Unlock()

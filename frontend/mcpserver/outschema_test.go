@@ -6,55 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/xeipuuv/gojsonschema"
+
+	"github.com/airlock-run/airlock/internal/testkit/mcptest"
 )
-
-// compileSchema compiles a schema, checked against the draft-07
-// meta-schema.
-func compileSchema(t *testing.T, schema any) *gojsonschema.Schema {
-	t.Helper()
-	raw, err := json.Marshal(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sl := gojsonschema.NewSchemaLoader()
-	sl.Draft = gojsonschema.Draft7
-	sl.Validate = true
-	s, err := sl.Compile(gojsonschema.NewBytesLoader(raw))
-	if err != nil {
-		t.Fatalf("not a draft-07 JSON Schema: %v\n%s", err, raw)
-	}
-	return s
-}
-
-// checkOutput checks a call's structured content against the output
-// schema the tool declares in tools/list: every callTool does.
-func checkOutput(t *testing.T, cs *mcp.ClientSession, name string, res *mcp.CallToolResult) {
-	t.Helper()
-	list, err := cs.ListTools(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tool := range list.Tools {
-		if tool.Name != name {
-			continue
-		}
-		if tool.OutputSchema == nil {
-			t.Fatalf("%s declares no output schema", name)
-		}
-		b, _ := json.Marshal(res.StructuredContent)
-		r, err := compileSchema(t, tool.OutputSchema).Validate(gojsonschema.NewBytesLoader(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !r.Valid() {
-			t.Errorf("%s: structured content does not satisfy its output schema: %v\n%s", name, r.Errors(), b)
-		}
-		return
-	}
-	t.Fatalf("no tool %s", name)
-}
 
 // Every tool declares an output schema, a valid draft-07 schema of an
 // object, which refuses what the tool never answers.
@@ -73,7 +28,7 @@ func TestOutputSchemas(t *testing.T) {
 		if m, _ := tool.OutputSchema.(map[string]any); m["type"] != "object" {
 			t.Errorf("%s: output schema's type %v, want object", tool.Name, m["type"])
 		}
-		schemas[tool.Name] = compileSchema(t, tool.OutputSchema)
+		schemas[tool.Name] = mcptest.CompileSchema(t, tool.Name, tool.OutputSchema)
 	}
 	for _, tc := range []struct {
 		tool, doc string

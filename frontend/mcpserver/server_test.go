@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/actions"
+	"github.com/airlock-run/airlock/internal/testkit/mcptest"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/record"
@@ -151,7 +152,7 @@ func callTool(t *testing.T, cs *mcp.ClientSession, name, args string) (*mcp.Call
 	if err != nil {
 		t.Fatalf("%s %s: protocol error %v", name, args, err)
 	}
-	checkOutput(t, cs, name, res)
+	mcptest.CheckOutput(t, cs, name, res)
 	var m map[string]any
 	b, _ := json.Marshal(res.StructuredContent)
 	_ = json.Unmarshal(b, &m)
