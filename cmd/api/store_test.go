@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
-	"github.com/airlock-run/airlock/tasks"
 )
 
 // TestResultStore: with -store, GET /v1/runs/{id}/result reads the
@@ -19,23 +17,12 @@ import (
 // process does not see); the start line says where -redis came from.
 func TestResultStore(t *testing.T) {
 	q, store := redistest.Queue(t), t.TempDir()
-	redistest.ServePromoted(t, q, store, func(_, runID, taskID string) string {
-		return filepath.Join("/nonexistent/store", runID, taskID)
-	})
-	ctx := context.Background()
-	c := airlock.NewClient(redistest.Client(t), airlock.ClientOptions{})
-	e, err := c.Enqueue(ctx, &tasks.Spec{Version: tasks.Version, Queue: q, RunID: "r1", Steps: []tasks.Step{{Run: []string{"true"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Wait(ctx, q, e.TaskID); err != nil {
-		t.Fatal(err)
-	}
+	taskID := redistest.PromotedElsewhere(t, q, store)
 	url, _, logs := start(t, "-addr", "127.0.0.1:0", "-redis", redistest.URL(t), "-store", store,
 		"-tokens", tokenFile(t, "a runs:read "+token+"\n"))
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	req, _ := http.NewRequest("GET", url+"/v1/runs/"+e.TaskID+"/result", nil)
+	req, _ := http.NewRequest("GET", url+"/v1/runs/"+taskID+"/result", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
@@ -47,7 +34,7 @@ func TestResultStore(t *testing.T) {
 		Result json.RawMessage
 	}
 	if err := json.NewDecoder(res.Body).Decode(&p); err != nil || res.StatusCode != 200 ||
-		p.Where != filepath.Join(store, "r1", e.TaskID) || string(p.Result) != `{"rows":3}` {
+		p.Where != filepath.Join(store, "r1", taskID) || string(p.Result) != `{"rows":3}` {
 		t.Errorf("result: %d %+v %v", res.StatusCode, p, err)
 	}
 	if !strings.Contains(logs.String(), `"redis_from":"from -redis"`) {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
-	"github.com/airlock-run/airlock/tasks"
 )
 
 // TestGetResultStore: with -store, get_result reads the output in that
@@ -21,19 +20,9 @@ import (
 // does not see); without it, the error names -store.
 func TestGetResultStore(t *testing.T) {
 	q, store := redistest.Queue(t), t.TempDir()
-	redistest.ServePromoted(t, q, store, func(_, runID, taskID string) string {
-		return filepath.Join("/nonexistent/store", runID, taskID)
-	})
+	taskID := redistest.PromotedElsewhere(t, q, store)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := airlock.NewClient(redistest.Client(t), airlock.ClientOptions{})
-	e, err := c.Enqueue(ctx, &tasks.Spec{Version: tasks.Version, Queue: q, RunID: "r1", Steps: []tasks.Step{{Run: []string{"true"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Wait(ctx, q, e.TaskID); err != nil {
-		t.Fatal(err)
-	}
 	for _, withStore := range []bool{true, false} {
 		args := []string{"-redis", redistest.URL(t), "-queue", q}
 		if withStore {
@@ -55,7 +44,7 @@ func TestGetResultStore(t *testing.T) {
 		if v := cs.InitializeResult().ServerInfo.Version; v != airlock.Version {
 			t.Errorf("the MCP server says version %q, the commands %q", v, airlock.Version)
 		}
-		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "get_result", Arguments: map[string]any{"task_id": e.TaskID}})
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "get_result", Arguments: map[string]any{"task_id": taskID}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +56,7 @@ func TestGetResultStore(t *testing.T) {
 		}
 		if withStore {
 			var out struct{ Where string }
-			if r.IsError || json.Unmarshal([]byte(text), &out) != nil || out.Where != filepath.Join(store, "r1", e.TaskID) {
+			if r.IsError || json.Unmarshal([]byte(text), &out) != nil || out.Where != filepath.Join(store, "r1", taskID) {
 				t.Errorf("get_result with -store: %s", text)
 			}
 		} else if !r.IsError || !strings.Contains(text, "holds no manifest") || !strings.Contains(text, "-store") {

@@ -6,10 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 
+	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/record"
+	"github.com/airlock-run/airlock/tasks"
 )
 
 // PromotedResult is the result ServePromoted publishes for every run.
@@ -57,4 +60,26 @@ func ServePromoted(t testing.TB, queue, dir string, publishedTo func(where, runI
 		_, err = task.ResultWriter().Write(b)
 		return err
 	})
+}
+
+// PromotedElsewhere serves queue as ServePromoted does, with records that
+// say the output is in /nonexistent/store (where a worker on another
+// machine sees its store, which this process does not), enqueues one run
+// r1, waits for it and returns its task id: its output is in dir.
+func PromotedElsewhere(t testing.TB, queue, dir string) string {
+	t.Helper()
+	ServePromoted(t, queue, dir, func(_, runID, taskID string) string {
+		return filepath.Join("/nonexistent/store", runID, taskID)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := airlock.NewClient(Client(t), airlock.ClientOptions{})
+	e, err := c.Enqueue(ctx, &tasks.Spec{Version: tasks.Version, Queue: queue, RunID: "r1", Steps: []tasks.Step{{Run: []string{"true"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, queue, e.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	return e.TaskID
 }
