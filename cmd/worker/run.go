@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock"
@@ -229,7 +228,7 @@ flags:
 			defer cancel()
 			return st.PendingBytes(c)
 		})
-		m.SetQueueInspector(asynq.NewInspectorFromRedisClient(rdb))
+		m.SetRedis(rdb)
 	}
 	if dev != nil {
 		go dev.demo(ctx, rdb, o.prefix, stdout, log)

@@ -1,23 +1,15 @@
 package metrics
 
 import (
-	"fmt"
+	"context"
 	"sync/atomic"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-)
+	"github.com/redis/go-redis/v9"
 
-// QueueInspector is what the depth of the queues is read from: an
-// *asynq.Inspector on the worker's Redis.
-type QueueInspector interface {
-	// Queues lists the queues asynq knows (those a task was ever
-	// enqueued into).
-	Queues() ([]string, error)
-	// GetQueueInfo reads one queue's counts.
-	GetQueueInfo(queue string) (*asynq.QueueInfo, error)
-}
+	"github.com/airlock-run/airlock/internal/redis/asynqkey"
+)
 
 // DepthTimeout bounds the read of the queues' depth at a scrape.
 const DepthTimeout = 2 * time.Second
@@ -26,20 +18,22 @@ const DepthTimeout = 2 * time.Second
 var depthStates = [...]string{"pending", "active", "scheduled", "retry"}
 
 // depthCollector exposes NameQueueTasks{queue, state} for the worker's
-// queues, read at each scrape and only then: one Queues and one
-// GetQueueInfo per queue (a few Redis commands each), never a poll of its
-// own, so that an idle worker that is not scraped costs Redis nothing
-// more. The read is bounded by timeout; at most one is in flight (a
-// scrape while an earlier read still waits on Redis does not start
-// another). On any error, timeout or read in flight, the scrape exposes
-// no depth at all, rather than some queues' or stale values, and errs
-// counts it.
+// queues, read at each scrape and only then: one pipelined round trip of
+// four counts per queue (LLEN of pending and active, ZCARD of scheduled
+// and retry, asynq's own keys), never a poll of its own, so that an idle
+// worker that is not scraped costs Redis nothing more. The read is bounded
+// by timeout (go-redis bounds a read by the client's read timeout, not by
+// a context's deadline: the read runs on a goroutine of its own); at most
+// one is in flight (a scrape while an earlier read still waits on Redis
+// does not start another). On any error, timeout or read in flight, the
+// scrape exposes no depth at all, rather than some queues' or stale
+// values, and errs counts it.
 type depthCollector struct {
 	desc    *prometheus.Desc
 	queues  []string // the worker's, sorted
 	timeout time.Duration
 	errs    prometheus.Counter
-	insp    atomic.Pointer[QueueInspector]
+	rdb     atomic.Pointer[redis.UniversalClient]
 	busy    atomic.Bool // a read in flight
 }
 
@@ -52,16 +46,17 @@ func newDepthCollector(queues []string, errs prometheus.Counter) *depthCollector
 	}
 }
 
-// SetQueueInspector gives the depth gauges (NameQueueTasks) their source,
-// read at each scrape; until it is called they expose nothing.
-func (m *Metrics) SetQueueInspector(i QueueInspector) { m.depth.insp.Store(&i) }
+// SetRedis gives the depth gauges (NameQueueTasks) the Redis their
+// queues are read from at each scrape; until it is called they expose
+// nothing.
+func (m *Metrics) SetRedis(rdb redis.UniversalClient) { m.depth.rdb.Store(&rdb) }
 
 // Describe implements prometheus.Collector.
 func (c *depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect implements prometheus.Collector.
 func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
-	p := c.insp.Load()
+	p := c.rdb.Load()
 	if p == nil || len(c.queues) == 0 {
 		return
 	}
@@ -97,32 +92,29 @@ func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // read reads the depth of each of the worker's queues, in the order of
-// c.queues and depthStates; a queue asynq does not know yet is empty.
-func (c *depthCollector) read(insp QueueInspector) ([][len(depthStates)]int, error) {
-	known, err := insp.Queues()
+// c.queues and depthStates, in one round trip; a queue asynq does not
+// know yet is empty.
+func (c *depthCollector) read(rdb redis.UniversalClient) ([][len(depthStates)]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	counts := make([][len(depthStates)]*redis.IntCmd, len(c.queues))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range c.queues {
+			counts[i] = [len(depthStates)]*redis.IntCmd{ // as depthStates
+				p.LLen(ctx, asynqkey.Pending(q)), p.LLen(ctx, asynqkey.Active(q)),
+				p.ZCard(ctx, asynqkey.Scheduled(q)), p.ZCard(ctx, asynqkey.Retry(q)),
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
 	out := make([][len(depthStates)]int, len(c.queues))
-	for i, q := range c.queues {
-		found := false
-		for _, k := range known {
-			if k == q {
-				found = true
-				break
-			}
+	for i := range counts {
+		for j, cmd := range counts[i] {
+			out[i][j] = int(cmd.Val())
 		}
-		if !found {
-			continue
-		}
-		info, err := insp.GetQueueInfo(q)
-		if err == nil && info == nil {
-			err = fmt.Errorf("queue %s: no info", q)
-		}
-		if err != nil {
-			return nil, err
-		}
-		out[i] = [len(depthStates)]int{info.Pending, info.Active, info.Scheduled, info.Retry}
 	}
 	return out, nil
 }

@@ -2,9 +2,12 @@ package metrics
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"net"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,65 +16,55 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/airlock-run/airlock/internal/redis/asynqkey"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
 )
-
-// fakeInspector answers from its fields; block, when not nil, holds
-// GetQueueInfo until it is closed.
-type fakeInspector struct {
-	known []string
-	infos map[string]*asynq.QueueInfo
-	err   error
-	block chan struct{}
-	calls atomic.Int64 // GetQueueInfo calls
-}
-
-func (f *fakeInspector) Queues() ([]string, error) { return f.known, f.err }
-
-func (f *fakeInspector) GetQueueInfo(q string) (*asynq.QueueInfo, error) {
-	f.calls.Add(1)
-	if f.block != nil {
-		<-f.block
-	}
-	return f.infos[q], nil
-}
 
 var depthLine = regexp.MustCompile(`(?m)^` + NameQueueTasks + `\{.*$`)
 
 func depthLines(body string) string { return strings.Join(depthLine.FindAllString(body, -1), "\n") }
 
+// TestDepth: the depth of the worker's queues, read from asynq's keys at
+// a scrape; a queue never enqueued into is empty; a Redis that fails gives
+// no depth at all for that scrape, and one error counted.
 func TestDepth(t *testing.T) {
-	m := New("v", "b", "a")
+	ctx := context.Background()
+	a, b := redistest.Queue(t), redistest.Queue(t)
+	m := New("v", b, a)
 	if got := depthLines(scrape(t, m)); got != "" {
-		t.Errorf("depth before SetQueueInspector:\n%s", got)
+		t.Errorf("depth before SetRedis:\n%s", got)
 	}
-	f := &fakeInspector{
-		known: []string{"a", "elsewhere"},
-		infos: map[string]*asynq.QueueInfo{"a": {Pending: 3, Active: 1, Scheduled: 2, Retry: 4, Archived: 9}},
+	rdb := redistest.Client(t)
+	for key, n := range map[string]int{asynqkey.Pending(a): 3, asynqkey.Active(a): 1} {
+		for i := range n {
+			rdb.RPush(ctx, key, fmt.Sprint(i))
+		}
 	}
-	m.SetQueueInspector(f)
-	want := strings.Join([]string{
-		NameQueueTasks + `{queue="a",state="active"} 1`,
-		NameQueueTasks + `{queue="a",state="pending"} 3`,
-		NameQueueTasks + `{queue="a",state="retry"} 4`,
-		NameQueueTasks + `{queue="a",state="scheduled"} 2`,
-		NameQueueTasks + `{queue="b",state="active"} 0`, // not known to asynq yet: empty
-		NameQueueTasks + `{queue="b",state="pending"} 0`,
-		NameQueueTasks + `{queue="b",state="retry"} 0`,
-		NameQueueTasks + `{queue="b",state="scheduled"} 0`,
-	}, "\n")
-	if got := depthLines(scrape(t, m)); got != want {
-		t.Errorf("depth:\n%s\nwant:\n%s", got, want)
+	for key, n := range map[string]int{asynqkey.Scheduled(a): 2, asynqkey.Retry(a): 4} {
+		for i := range n {
+			rdb.ZAdd(ctx, key, redis.Z{Score: float64(i), Member: i})
+		}
 	}
-	if n := f.calls.Load(); n != 1 {
-		t.Errorf("GetQueueInfo called %d times for one scrape of one known queue, want 1", n)
+	m.SetRedis(rdb)
+	var want []string
+	for _, l := range []struct {
+		q, state string
+		n        int
+	}{{a, "active", 1}, {a, "pending", 3}, {a, "retry", 4}, {a, "scheduled", 2}, {b, "active", 0}, {b, "pending", 0}, {b, "retry", 0}, {b, "scheduled", 0}} {
+		want = append(want, fmt.Sprintf(`%s{queue="%s",state="%s"} %d`, NameQueueTasks, l.q, l.state, l.n))
+	}
+	slices.Sort(want)
+	if got := depthLines(scrape(t, m)); got != strings.Join(want, "\n") {
+		t.Errorf("depth:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
 	if n := testutil.ToFloat64(m.redisErrs.WithLabelValues(OpQueues)); n != 0 {
 		t.Errorf("errors: %v", n)
 	}
 
 	// An error: no depth at all for that scrape, and one error counted.
-	f.err = errors.New("redis: connection refused")
+	closed := redistest.Client(t)
+	closed.Close()
+	m.SetRedis(closed)
 	if got := depthLines(scrape(t, m)); got != "" {
 		t.Errorf("depth when Redis fails:\n%s", got)
 	}
@@ -80,13 +73,32 @@ func TestDepth(t *testing.T) {
 	}
 }
 
-// A read that hangs is bounded by the timeout; while it hangs no other
-// read starts; once it returns, the next scrape reads again.
+// A read that hangs (a Redis that accepts and never answers) is bounded
+// by the timeout; while it hangs no other read starts; once it ends, the
+// next scrape reads again.
 func TestDepthTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	silent := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: time.Minute, Protocol: 2, DisableIdentity: true})
+	defer silent.Close()
 	m := New("v", "a")
 	m.depth.timeout = 100 * time.Millisecond
-	f := &fakeInspector{known: []string{"a"}, infos: map[string]*asynq.QueueInfo{"a": {Pending: 5}}, block: make(chan struct{})}
-	m.SetQueueInspector(f)
+	m.SetRedis(silent)
 	start := time.Now()
 	if got := depthLines(scrape(t, m)); got != "" {
 		t.Errorf("depth of a read that timed out:\n%s", got)
@@ -97,17 +109,26 @@ func TestDepthTimeout(t *testing.T) {
 	if got := depthLines(scrape(t, m)); got != "" {
 		t.Errorf("depth while the last read hangs:\n%s", got)
 	}
-	if n := f.calls.Load(); n != 1 {
-		t.Errorf("GetQueueInfo called %d times while the first hung, want 1", n)
+	mu.Lock()
+	n := len(conns)
+	mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d connections while the first read hung, want 1 (no second read)", n)
 	}
 	if n := testutil.ToFloat64(m.redisErrs.WithLabelValues(OpQueues)); n != 2 {
 		t.Errorf("errors: %v, want 2", n)
 	}
-	close(f.block)
-	if !waitFor(2*time.Second, func() bool { return !m.depth.busy.Load() }) {
-		t.Fatal("the hung read did not end once released")
+	ln.Close()
+	mu.Lock()
+	for _, c := range conns {
+		c.Close()
 	}
-	if got := depthLines(scrape(t, m)); !strings.Contains(got, NameQueueTasks+`{queue="a",state="pending"} 5`) {
+	mu.Unlock()
+	if !waitFor(5*time.Second, func() bool { return !m.depth.busy.Load() }) {
+		t.Fatal("the hung read did not end once its connection closed")
+	}
+	m.SetRedis(redistest.Client(t))
+	if got := depthLines(scrape(t, m)); !strings.Contains(got, NameQueueTasks+`{queue="a",state="pending"} `) {
 		t.Errorf("depth once Redis answers again:\n%s", got)
 	}
 }
@@ -121,19 +142,24 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	return cond()
 }
 
-// commandCounter counts the commands a Redis client sends.
-type commandCounter struct{ n atomic.Int64 }
+// commandCounter counts the commands a Redis client sends, and its
+// pipelines.
+type commandCounter struct{ n, pipelines atomic.Int64 }
 
 func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
 }
 func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		c.pipelines.Add(1)
+		return next(ctx, cmds)
+	}
 }
 
-// The depth of real asynq queues, read through a real Inspector at scrape
-// time only: nothing between scrapes, a few commands per queue at one.
+// The depth of real asynq queues, at scrape time only: no command
+// between scrapes, one round trip of four per queue at one.
 func TestDepthRedis(t *testing.T) {
 	q1, q2 := redistest.Queue(t), redistest.Queue(t)
 	rdb := redistest.Client(t)
@@ -143,11 +169,11 @@ func TestDepthRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	insp := redistest.Client(t)
+	reader := redistest.Client(t)
 	var cc commandCounter
-	insp.AddHook(&cc)
+	reader.AddHook(&cc)
 	m := New("v", q1, q2)
-	m.SetQueueInspector(asynq.NewInspectorFromRedisClient(insp))
+	m.SetRedis(reader)
 	time.Sleep(200 * time.Millisecond)
 	if n := cc.n.Load(); n != 0 {
 		t.Errorf("%d Redis commands before any scrape, want 0", n)
@@ -163,14 +189,10 @@ func TestDepthRedis(t *testing.T) {
 			t.Errorf("depth lacks %q:\n%s", want, body)
 		}
 	}
-	first := cc.n.Load()
+	first, firstPipes := cc.n.Load(), cc.pipelines.Load()
 	scrape(t, m)
-	per := cc.n.Load() - first
-	t.Logf("Redis commands: %d at the first scrape (connection set up, scripts loaded), %d at the next (2 queues, 1 known to asynq)", first, per)
-	// SMEMBERS, then for the known queue SISMEMBER and two scripts
-	// (EVALSHA; EVAL the first time).
-	if per > 4 {
-		t.Errorf("%d Redis commands per scrape, want at most 4", per)
+	if per, pipes := cc.n.Load()-first, cc.pipelines.Load()-firstPipes; per != 8 || pipes != 1 {
+		t.Errorf("a scrape of 2 queues: %d Redis commands in %d pipelines, want 8 in one", per, pipes)
 	}
 	if n := testutil.ToFloat64(m.redisErrs.WithLabelValues(OpQueues)); n != 0 {
 		t.Errorf("errors: %v", n)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
-
+	"github.com/airlock-run/airlock/internal/redis/asynqkey"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -26,12 +26,15 @@ func TestPromtool(t *testing.T) {
 		}
 		t.Skip("no promtool on PATH (Debian: apt-get install prometheus; AIRLOCK_REQUIRE_PROMTOOL=1 makes this a failure)")
 	}
-	m := New("1.0.0", "default", "batch")
+	q := redistest.Queue(t)
+	m := New("1.0.0", q, "batch")
 	m.SetSlots(func() (int, int) { return 1, 2 })
 	m.SetPending(func() (int64, error) { return 3, nil })
 	m.SetPendingBytes(func() (int64, error) { return 4096, nil })
 	m.SetHelperRestarts(func() int64 { return 1 })
-	m.SetQueueInspector(&fakeInspector{known: []string{"default"}, infos: map[string]*asynq.QueueInfo{"default": {Pending: 2, Active: 1}}})
+	rdb := redistest.Client(t)
+	rdb.RPush(context.Background(), asynqkey.Pending(q), "a", "b")
+	m.SetRedis(rdb)
 	rec := sampleRecord()
 	rec.Queue = "batch"
 	m.RunEnded(rec)
@@ -39,7 +42,7 @@ func TestPromtool(t *testing.T) {
 	m.Promotion(Refused)
 	m.RedisError(OpPing)
 	body := scrape(t, m)
-	if !strings.Contains(body, NameQueueTasks+`{queue="default",state="pending"} 2`) {
+	if !strings.Contains(body, NameQueueTasks+`{queue="`+q+`",state="pending"} 2`) {
 		t.Fatalf("the scrape lacks the depth:\n%s", body)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

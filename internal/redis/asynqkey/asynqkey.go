@@ -8,6 +8,27 @@ package asynqkey
 // Queues is the set of every queue's name.
 const Queues = "asynq:queues"
 
+// Prefix is what every key of queue starts with: "asynq:{queue}:".
+func Prefix(queue string) string { return "asynq:{" + queue + "}:" }
+
 // Task is where asynq keeps a task of queue: a hash whose "state" field is
 // the task's state and "result" its result (Airlock's run record).
-func Task(queue, taskID string) string { return "asynq:{" + queue + "}:t:" + taskID }
+func Task(queue, taskID string) string { return Prefix(queue) + "t:" + taskID }
+
+// Pending is the list of queue's tasks waiting for a worker.
+func Pending(queue string) string { return Prefix(queue) + "pending" }
+
+// Active is the list of queue's tasks a worker runs.
+func Active(queue string) string { return Prefix(queue) + "active" }
+
+// Scheduled is the sorted set of queue's tasks to run later.
+func Scheduled(queue string) string { return Prefix(queue) + "scheduled" }
+
+// Retry is the sorted set of queue's tasks waiting to be retried.
+func Retry(queue string) string { return Prefix(queue) + "retry" }
+
+// Paused exists while queue is paused.
+func Paused(queue string) string { return Prefix(queue) + "paused" }
+
+// Lease is the sorted set of the leases of queue's active tasks.
+func Lease(queue string) string { return Prefix(queue) + "lease" }
