@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/frontend/httpapi"
+	"github.com/airlock-run/airlock/internal/redis/asynqkey"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -281,7 +282,7 @@ func (h *harness) apiRound(ctx context.Context, round int, acc *apiAcc) error {
 	if err != nil {
 		return err
 	}
-	if n, err := h.rdb.SCard(ctx, "asynq:queues").Result(); err == nil {
+	if n, err := h.rdb.SCard(ctx, asynqkey.Queues).Result(); err == nil {
 		acc.queues = int(n)
 	}
 	acc.http50, acc.http99 = append(acc.http50, percentile(httpRun, 50)), append(acc.http99, percentile(httpRun, 99))

@@ -17,7 +17,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/airlock-run/airlock/internal/cli"
+	"github.com/airlock-run/airlock/internal/redis/asynqkey"
 	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
+	"github.com/airlock-run/airlock/internal/redis/wake"
 )
 
 // Main is the bench command: it parses args, runs the benchmark and prints
@@ -36,7 +38,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&conc, "concurrency", "", "concurrencies of the throughput runs, comma-separated (default 2 and 2×cores+1)")
 	fs.StringVar(&sections, "only", "", "run only these sections, comma-separated: "+strings.Join(AllSections, ","))
 	var intervals string
-	fs.StringVar(&intervals, "check-intervals", "", "poll intervals the idle section compares for Airlock without its wake-up (-idle-wait 0), comma-separated (default 10ms); bare asynq polls every 10ms, and Airlock with its wake-up waits -idle-wait 1s")
+	fs.StringVar(&intervals, "check-intervals", "", "poll intervals the idle section compares for Airlock without its wake-up (-idle-wait 0), comma-separated (default 10ms); bare asynq polls every 10ms, and Airlock with its wake-up waits -idle-wait "+wake.DefaultMaxIdle.String())
 	fs.StringVar(&workloads, "workloads", "", "throughput workloads, comma-separated: "+strings.Join(AllWorkloads, ","))
 	fs.IntVar(&opt.RSSTasks, "rss-tasks", 0, "tasks of the RSS run (default n²/10: 100000 at the full n)")
 	var fetchMB int
@@ -145,7 +147,7 @@ func deleteQueue(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Ins
 	if err := deletePrefix(ctx, rdb, "asynq:{"+q+"}:"); err != nil {
 		return err
 	}
-	return rdb.SRem(ctx, "asynq:queues", q).Err()
+	return rdb.SRem(ctx, asynqkey.Queues, q).Err()
 }
 
 // withTimeout is a context for cleanup after ctx may have ended.

@@ -5,11 +5,23 @@
 // asynqkey's own) fail when the names drift.
 package asynqkey
 
+import "strings"
+
 // Queues is the set of every queue's name.
 const Queues = "asynq:queues"
 
 // Prefix is what every key of queue starts with: "asynq:{queue}:".
 func Prefix(queue string) string { return "asynq:{" + queue + "}:" }
+
+// QueueOf returns the queue a key of a queue (Prefix) belongs to.
+func QueueOf(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, "asynq:{")
+	if !ok {
+		return "", false
+	}
+	q, _, ok := strings.Cut(rest, "}:")
+	return q, ok
+}
 
 // Task is where asynq keeps a task of queue: a hash whose "state" field is
 // the task's state and "result" its result (Airlock's run record).

@@ -32,6 +32,12 @@ func TestNamesAreAsynqs(t *testing.T) {
 	if ok, err := rdb.SIsMember(ctx, asynqkey.Queues, q).Result(); err != nil || !ok {
 		t.Errorf("%s holds %s: %v, %v", asynqkey.Queues, q, ok, err)
 	}
+	if got, ok := asynqkey.QueueOf(asynqkey.Pending(q)); !ok || got != q {
+		t.Errorf("QueueOf(Pending(%s)) = %q, %v", q, got, ok)
+	}
+	if _, ok := asynqkey.QueueOf("airlock:wake:" + q); ok {
+		t.Error("QueueOf of a key of no queue: ok")
+	}
 	if n, err := rdb.LLen(ctx, asynqkey.Pending(q)).Result(); err != nil || n != 1 {
 		t.Errorf("Pending(%s): %d, %v", q, n, err)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/redis/asynqkey"
 )
 
 // DefaultMaxIdle is the longest a poll waits for a wake-up.
@@ -166,12 +167,13 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return next(ctx, cmd)
 		}
 		args := cmd.Args()
-		if q, ok := queueOf(args); !ok || !h.w.own[q] {
+		q, ok := queueOf(args)
+		if !ok || !h.w.own[q] {
 			// Not asynq's polls of this worker's queues: another
 			// asynq server on the same client is none of its business.
 			return next(ctx, cmd)
 		}
-		if isForward(args) {
+		if isForward(args, q) {
 			// asynq moved scheduled or retry tasks that came due to
 			// the queue: a wake-up of its own, no enqueuer sends one.
 			err := next(ctx, cmd)
@@ -182,7 +184,7 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			}
 			return err
 		}
-		if !isDequeue(args) {
+		if !isDequeue(args, q) {
 			return next(ctx, cmd)
 		}
 		w := h.w
@@ -225,53 +227,31 @@ func (w *Waiter) wait(ctx context.Context) (stopped bool) {
 
 // queueOf returns the queue of an asynq script whose first key is one of
 // its queue's keys ("asynq:{QUEUE}:..."), as the dequeue and forward
-// scripts' are.
+// scripts' are: an EVAL or EVALSHA of 9 arguments, as both are.
 func queueOf(args []any) (string, bool) {
-	if !isEval(args) {
+	if len(args) != 9 {
+		return "", false
+	}
+	if name, _ := args[0].(string); !strings.EqualFold(name, "evalsha") && !strings.EqualFold(name, "eval") {
 		return "", false
 	}
 	k, _ := args[3].(string)
-	rest, ok := strings.CutPrefix(k, "asynq:{")
-	if !ok {
-		return "", false
-	}
-	q, _, ok := strings.Cut(rest, "}:")
-	return q, ok
+	return asynqkey.QueueOf(k)
 }
 
-// isEval reports whether args are an EVAL or EVALSHA of 9 arguments, as
-// both scripts below are.
-func isEval(args []any) bool {
-	if len(args) != 9 {
-		return false
-	}
-	name, _ := args[0].(string)
-	return strings.EqualFold(name, "evalsha") || strings.EqualFold(name, "eval")
+// isForward reports whether args, a script of queue q (queueOf), are
+// asynq's forward script (v0.26): two keys, the queue's scheduled or
+// retry set and its pending list, and four arguments; it returns how many
+// tasks it moved.
+func isForward(args []any, q string) bool {
+	from, to := args[3], args[4]
+	return (from == asynqkey.Scheduled(q) || from == asynqkey.Retry(q)) && to == asynqkey.Pending(q)
 }
 
-// isForward reports whether args are asynq's forward script (v0.26): two
-// keys, a queue's scheduled or retry set and its pending list, and four
-// arguments; it returns how many tasks it moved.
-func isForward(args []any) bool {
-	if !isEval(args) {
-		return false
-	}
-	from, _ := args[3].(string)
-	to, _ := args[4].(string)
-	return strings.HasPrefix(from, "asynq:{") && (strings.HasSuffix(from, "}:scheduled") || strings.HasSuffix(from, "}:retry")) &&
-		strings.HasSuffix(to, "}:pending")
-}
-
-// isDequeue reports whether args are asynq's dequeue script (v0.26): four
-// keys, the queue's pending, paused, active and lease keys, and two
-// arguments.
-func isDequeue(args []any) bool {
-	if !isEval(args) {
-		return false
-	}
-	pending, _ := args[3].(string)
-	paused, _ := args[4].(string)
-	lease, _ := args[6].(string)
-	return strings.HasPrefix(pending, "asynq:{") && strings.HasSuffix(pending, "}:pending") &&
-		strings.HasSuffix(paused, "}:paused") && strings.HasSuffix(lease, "}:lease")
+// isDequeue reports whether args, a script of queue q (queueOf), are
+// asynq's dequeue script (v0.26): four keys, the queue's pending, paused,
+// active and lease keys, and two arguments.
+func isDequeue(args []any, q string) bool {
+	return args[3] == asynqkey.Pending(q) && args[4] == asynqkey.Paused(q) &&
+		args[5] == asynqkey.Active(q) && args[6] == asynqkey.Lease(q)
 }
