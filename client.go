@@ -38,9 +38,9 @@ type Client struct {
 	// sessions is the wire of sessions (OpenSession, Session).
 	sessions *session.Conn
 	opts     ClientOptions
-	// served holds, per queue, until when a worker was last seen serving
-	// it (served.go): a long-lived client reads the announcements once per
-	// queue and AnnounceInterval, not once per enqueue.
+	// served holds, per queue, whether a worker serves it and until when
+	// that holds (served.go): a long-lived client reads the announcements
+	// once per queue and AnnounceInterval, not once per enqueue.
 	served sync.Map
 }
 

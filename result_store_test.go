@@ -100,8 +100,14 @@ func TestEnqueueNoWorker(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q := redistest.Queue(t)
-	c := newClient(t, airlock.ClientOptions{})
 	rdb := redistest.Client(t)
+	// A client that saw no worker reads the announcements again only
+	// after AnnounceInterval too: it says no worker until then.
+	unserved := newClient(t, airlock.ClientOptions{})
+	if e, err := unserved.Enqueue(ctx, newSpec(q)); err != nil || !e.NoWorker {
+		t.Errorf("nothing announced: %+v, %v; want NoWorker", e, err)
+	}
+	var c *airlock.Client
 	for _, step := range []struct {
 		announced time.Time // zero: nothing
 		noWorker  bool
@@ -116,6 +122,7 @@ func TestEnqueueNoWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		c = newClient(t, airlock.ClientOptions{})
 		e, err := c.Enqueue(ctx, newSpec(q))
 		if err != nil || e.NoWorker != step.noWorker || e.TaskID == "" {
 			t.Errorf("announced at %v: %+v, %v; want NoWorker %v", step.announced, e, err, step.noWorker)
@@ -124,6 +131,9 @@ func TestEnqueueNoWorker(t *testing.T) {
 	// A client that saw a worker reads the announcements again only after
 	// AnnounceInterval: the worker gone, it still says served; a new
 	// client reads and says no worker.
+	if e, err := unserved.Enqueue(ctx, newSpec(q)); err != nil || !e.NoWorker {
+		t.Errorf("within AnnounceInterval of an unserved enqueue: %+v, %v; want NoWorker, not read again", e, err)
+	}
 	if err := queuepolicy.Withdraw(ctx, rdb, "", []string{q}, "w/1"); err != nil {
 		t.Fatal(err)
 	}
