@@ -157,10 +157,13 @@ func (f File) withMode(m FileMode) map[string]string {
 
 // readModes fills s.FileModes from the files of data, a document that
 // strictDecode accepted into s. Only an object form holds a mode, and its
-// key "mode" is spelled so in the document or escaped (\u...): a document
-// with neither is not read again.
+// key is written "mode" in the document, or with one of its letters
+// escaped (\u006d, \u006f, \u0064, \u0065, hex digits in either case: all
+// begin \u006): a document with neither is not read again. So a spec whose
+// argv holds & < > (which Go's encoder escapes as \u0026, \u003c, \u003e)
+// or words such as "model" costs no second read.
 func (s *Spec) readModes(data []byte) error {
-	if len(s.Files) == 0 || !bytes.Contains(data, []byte("mode")) && !bytes.Contains(data, []byte(`\u`)) {
+	if len(s.Files) == 0 || !bytes.Contains(data, []byte(`"mode"`)) && !bytes.Contains(data, []byte(`\u006`)) {
 		return nil
 	}
 	var doc struct {
