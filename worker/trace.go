@@ -28,8 +28,9 @@ import (
 // task; without an SDK (no OTLP endpoint) the spans are no-ops, and a run
 // no caller traced gets a random trace id all the same.
 
-// tracer returns the worker's tracer.
-func (w *Worker) tracer() trace.Tracer { return tracing.Tracer(w.cfg.TracerProvider) }
+// tracer returns the worker's tracer, looked up once in New (the global
+// provider delegates to an SDK installed later).
+func (w *Worker) tracer() trace.Tracer { return w.tr }
 
 // startRun starts the span of the task's attempt and sets rec.TraceID.
 func (w *Worker) startRun(ctx context.Context, t *asynq.Task, rec *record.Run) (context.Context, trace.Span) {

@@ -22,6 +22,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlock-run/airlock/internal/isolation/cgroup"
 	"github.com/airlock-run/airlock/internal/isolation/sandbox"
@@ -32,6 +33,7 @@ import (
 	"github.com/airlock-run/airlock/internal/redis/redislog"
 	"github.com/airlock-run/airlock/internal/redis/wake"
 	"github.com/airlock-run/airlock/internal/secrets"
+	"github.com/airlock-run/airlock/internal/tracing"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
@@ -76,6 +78,8 @@ type Worker struct {
 	// sessionsHeld how many it holds (at most cfg.MaxSessions).
 	sessions     *session.Conn
 	sessionsHeld atomic.Int64
+
+	tr trace.Tracer // the worker's spans' (worker/trace.go)
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when shutdown starts: running steps are canceled
@@ -133,6 +137,7 @@ func New(cfg Config) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, log: cfg.Logger, stopping: make(chan struct{}),
 		name: fmt.Sprintf("%s/%d", host, os.Getpid()),
+		tr:   tracing.Tracer(cfg.TracerProvider),
 	}
 	binds, err := sandbox.ParseBinds(cfg.ROBinds)
 	if err != nil {
