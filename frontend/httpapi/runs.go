@@ -249,8 +249,9 @@ func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
 		rec, err := waitFor(ctx, queue, taskID)
 		cancel()
 		switch {
-		case err == nil && rec.ApprovalID == "":
-			// What Status would read again: no approval's fate to apply.
+		case err == nil && (final || rec.ApprovalID == ""):
+			// What Status would read again: WaitFinal applied the
+			// approval's fate, and a run without one has none.
 			writeJSON(w, http.StatusOK, rec)
 			return
 		case err == nil:

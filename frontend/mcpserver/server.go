@@ -526,11 +526,14 @@ func (s *server) wait(ctx context.Context, req *mcp.CallToolRequest, queue, task
 		return nil, readError(err)
 	}
 	// The run as it is now: the approval's fate applied (Wait gives the
-	// worker's record, parked even once decided).
-	if now, serr := s.c.Status(ctx, queue, taskID); serr == nil {
-		rec = now
-	} else if rec == nil {
-		return nil, readError(serr)
+	// worker's record, parked even once decided; WaitFinal's has it, and
+	// a run without an approval has none to apply).
+	if timedOut || (!final && rec.ApprovalID != "") {
+		if now, serr := s.c.Status(ctx, queue, taskID); serr == nil {
+			rec = now
+		} else if rec == nil {
+			return nil, readError(serr)
+		}
 	}
 	out := &runOut{Record: s.answerRecord(rec, full), TimedOut: timedOut, Note: note(rec), id: rec.TaskID}
 	if timedOut {
