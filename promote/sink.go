@@ -135,11 +135,23 @@ func (s *FS) syncRoot() error {
 	return s.rootSync.sync(s.Dir)
 }
 
+// CheckName reports whether v, a publication's id (field names it:
+// run_id, task_id, approval_id), can name one directory of a store: a
+// clean relative path (tasks.CheckPath) of one component, with no
+// backslash and no leading ".". Stores refuse to publish under another, and readers
+// to look there (a forged record cannot lead them out of the store).
+func CheckName(field, v string) error {
+	if err := tasks.CheckPath(field, v); err != nil || strings.ContainsAny(v, "/\\") || strings.HasPrefix(v, ".") {
+		return fmt.Errorf("promote: %s %q cannot name a directory of the store", field, v)
+	}
+	return nil
+}
+
 // Publish implements approve.Sink.
 func (s *FS) Publish(ctx context.Context, m *approve.Manifest, files map[string][]byte) (bool, error) {
 	for _, id := range []struct{ field, v string }{{"run_id", m.RunID}, {"task_id", m.TaskID}, {"approval_id", m.ApprovalID}} {
-		if err := tasks.CheckPath(id.field, id.v); err != nil || strings.Contains(id.v, "/") || strings.HasPrefix(id.v, ".") {
-			return false, fmt.Errorf("promote: %s %q cannot name a directory", id.field, id.v)
+		if err := CheckName(id.field, id.v); err != nil {
+			return false, err
 		}
 	}
 	for name := range files {

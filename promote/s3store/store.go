@@ -34,6 +34,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/promote"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -107,8 +108,8 @@ func (s *Store) Where(runID, taskID string) string {
 // Publish implements approve.Sink.
 func (s *Store) Publish(ctx context.Context, m *approve.Manifest, files map[string][]byte) (bool, error) {
 	for _, id := range []struct{ field, v string }{{"run_id", m.RunID}, {"task_id", m.TaskID}, {"approval_id", m.ApprovalID}} {
-		if err := tasks.CheckPath(id.field, id.v); err != nil || strings.Contains(id.v, "/") || strings.HasPrefix(id.v, ".") {
-			return false, fmt.Errorf("promote: %s %q cannot name a directory", id.field, id.v)
+		if err := promote.CheckName(id.field, id.v); err != nil {
+			return false, err
 		}
 	}
 	names := make([]string, 0, len(files))

@@ -96,10 +96,8 @@ func defaultDirFor(euid int) string {
 // directory (no "/", no leading ".", as the stores' Publish refuses), so
 // that a forged record cannot lead the reader out of the store.
 func Where(location, runID, taskID string) (string, error) {
-	for _, id := range []struct{ field, v string }{{"run_id", runID}, {"task_id", taskID}} {
-		if id.v == "" || strings.ContainsAny(id.v, "/\\\x00") || strings.HasPrefix(id.v, ".") {
-			return "", fmt.Errorf("%s %q cannot name a directory of the store", id.field, id.v)
-		}
+	if err := checkIDs(runID, taskID); err != nil {
+		return "", err
 	}
 	switch {
 	case location == "":
@@ -223,6 +221,15 @@ func readFile(dir, name string, max int64) ([]byte, error) {
 	return b, nil
 }
 
+// checkIDs checks that a record's run and task ids each name one
+// directory of a store (promote.CheckName).
+func checkIDs(runID, taskID string) error {
+	if err := promote.CheckName("run_id", runID); err != nil {
+		return err
+	}
+	return promote.CheckName("task_id", taskID)
+}
+
 // CheckWhere checks that where, a publication's location as a record
 // gives it (its published_to), has the shape a store gives the
 // publication of task taskID of run runID: a clean absolute directory
@@ -230,7 +237,7 @@ func readFile(dir, name string, max int64) ([]byte, error) {
 // that has no store of its own to look in reads only such a location;
 // what it reads there is confined beneath it (ReadFile).
 func CheckWhere(where, runID, taskID string) error {
-	if _, err := Where("/", runID, taskID); err != nil {
+	if err := checkIDs(runID, taskID); err != nil {
 		return err
 	}
 	tail := runID + "/" + taskID
