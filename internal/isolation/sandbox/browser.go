@@ -2,13 +2,17 @@
 
 package sandbox
 
-import "os"
+import (
+	"os"
+	"path/filepath"
+)
 
 // chromiumFlagsFile is where the view's own settings for Debian's chromium
 // go: the wrapper (/usr/bin/chromium) sources every file of /etc/chromium.d
-// in name order before it starts the browser; this one is sourced last, so
-// a host file cannot undo its flags (the proxy), and a flag the step passes
-// itself comes after all of them and wins.
+// in name order before it starts the browser; this one is sourced last
+// (the view binds no host file whose name sorts after it), so a host file
+// cannot undo its flags (the proxy), and a flag the step passes itself
+// comes after all of them and wins.
 const chromiumFlagsFile = "/etc/chromium.d/zz-airlock"
 
 // chromiumFlags is that file: what a browser needs in the view, and why.
@@ -33,6 +37,18 @@ if [ -n "$HTTPS_PROXY" ]; then
   export CHROMIUM_FLAGS="$CHROMIUM_FLAGS --proxy-server=$HTTPS_PROXY --proxy-bypass-list=<-loopback>"
 fi
 `
+
+// hostChromiumSetting reports whether the host's /etc/chromium.d/ file n
+// goes into the view: a regular file (never a link or a tree an operator
+// left there) that the wrapper sources before the view's own, which must
+// come last and is never replaced.
+func hostChromiumSetting(n string) bool {
+	if filepath.Base(n) >= filepath.Base(chromiumFlagsFile) {
+		return false
+	}
+	fi, err := os.Lstat(n)
+	return err == nil && fi.Mode().IsRegular()
+}
 
 // browserOps are the view's operations for a browser installed on the host:
 // Debian's chromium wrapper gets its settings, the view's own among them.

@@ -267,15 +267,8 @@ func viewOps(c viewConfig) []viewOp {
 			names, _ = filepath.Glob(names[0])
 		}
 		for _, n := range names {
-			if n == chromiumFlagsFile {
-				continue // the view's own
-			}
-			if strings.HasPrefix(n, "/etc/chromium.d/") {
-				// Settings the wrapper sources: regular files only, never
-				// a link or a tree an operator left there.
-				if fi, err := os.Lstat(n); err != nil || !fi.Mode().IsRegular() {
-					continue
-				}
+			if strings.HasPrefix(n, "/etc/chromium.d/") && !hostChromiumSetting(n) {
+				continue
 			}
 			ops = append(ops, viewOp{kind: opBind, src: n, dst: n, attrs: roAttrs, optional: true})
 		}

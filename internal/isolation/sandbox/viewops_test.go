@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -62,6 +63,33 @@ func TestViewOps(t *testing.T) {
 	}
 	if index(opMask, "/etc/ssl/private") < 0 || index(opSetattr, "/dev") < 0 {
 		t.Error("ssl/private not masked or /dev not read-only")
+	}
+}
+
+// TestHostChromiumSetting: a host file of /etc/chromium.d goes into the
+// view when it is a regular file sourced before the view's own.
+func TestHostChromiumSetting(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "l")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range map[string]bool{
+		"/etc/chromium.d/zzz-local": false, // after the view's own
+		"/etc/chromium.d/zz-b":      false,
+		chromiumFlagsFile:           false, // the view's own
+		"/etc/chromium.d/no-such":   false,
+		dir:                         false, // a tree
+		link:                        false,
+		file:                        true,
+	} {
+		if got := hostChromiumSetting(n); got != want {
+			t.Errorf("hostChromiumSetting(%s) = %v, want %v", n, got, want)
+		}
 	}
 }
 
