@@ -449,7 +449,8 @@ func (p Policy) Resolve(prefix string, asked Set) (Set, error) {
 			}
 			if f.get(&given) == 0 {
 				e.Msg = fmt.Sprintf("%s (profile %s) is above the worker's maximum %s", formatValue(f, v), asked.Profile, formatValue(f, max))
-				e.Hint = "the operator allows the profile with -max-limits profile=" + asked.Profile
+				e.Hint = fmt.Sprintf("the operator allows it with -max-limits %s=%s or more (-max-limits profile=%s sets every maximum to the profile's values, a value the flag gives itself winning)",
+					f.name, formatValue(f, v), asked.Profile)
 			}
 			return Set{}, e
 		}

@@ -825,7 +825,7 @@ func TestProfiles(t *testing.T) {
 			q.Max.Processes = 64
 			return q
 		}(), asked: limits.Set{Profile: "browser"},
-			wantField: "limits.processes", wantIn: "256 (profile browser) is above the worker's maximum 64 (the operator allows the profile with -max-limits profile=browser)"},
+			wantField: "limits.processes", wantIn: "256 (profile browser) is above the worker's maximum 64 (the operator allows it with -max-limits processes=256 or more (-max-limits profile=browser sets every maximum to the profile's values, a value the flag gives itself winning))"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.policy.Resolve("limits", tc.asked)
