@@ -168,9 +168,9 @@ type Set struct {
 var Profiles = map[string]Set{
 	// Headless Chromium, alone or driven by Playwright through a login
 	// and an export (examples/browser-export), measured here: at most 140
-	// processes and threads (it fails under 96), 207 descriptors in one
-	// process, 255 MB of memory (440 MB on a cold page cache); about
-	// twice that.
+	// processes and threads (it failed at 64 and 96, worked at 128), 207
+	// descriptors in one process, 255 MB of memory (440–498 MB on a cold
+	// page cache); about twice that.
 	"browser": {
 		CPUTime: Duration(2 * time.Minute), Memory: 1 << 30, Processes: 256,
 		OpenFiles: 1024, Workspace: 256 << 20,
