@@ -41,8 +41,7 @@ func AcceptDecision(ctx context.Context, st *Store, ac *asynq.Client, id string,
 			// Accepted by someone else (or by an earlier try that could
 			// not queue the promotion): queuing it is idempotent.
 			if cur, gerr := st.Get(ctx, id); gerr == nil && cur.PromotedAt.IsZero() {
-				if qerr := EnqueueFor(ctx, ac, cur); qerr == nil {
-					st.Wake(ctx, cur.Run.Queue)
+				if qerr := st.QueuePromotion(ctx, ac, cur.Run.Queue, cur.ID); qerr == nil {
 					return nil, nil, fmt.Errorf("%w; its promotion is queued", err)
 				}
 			}
@@ -50,19 +49,8 @@ func AcceptDecision(ctx context.Context, st *Store, ac *asynq.Client, id string,
 		return nil, nil, err
 	}
 	warn = err // accepted, but the indexes are stale
-	if err := EnqueueFor(ctx, ac, a); err != nil {
+	if err := st.QueuePromotion(ctx, ac, a.Run.Queue, a.ID); err != nil {
 		return a, warn, fmt.Errorf("accepted %s, but queuing its promotion failed: %w (accept %s again to queue it; a worker re-queues it when it starts)", id, err, id)
 	}
-	st.Wake(ctx, a.Run.Queue)
 	return a, warn, nil
-}
-
-// EnqueueFor queues the promotion of accepted approval a in its run's
-// queue (DefaultQueue when the summary names none); see Enqueue.
-func EnqueueFor(ctx context.Context, ac *asynq.Client, a *Approval) error {
-	q := a.Run.Queue
-	if q == "" {
-		q = DefaultQueue
-	}
-	return Enqueue(ctx, ac, q, a.ID)
 }

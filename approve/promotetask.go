@@ -39,13 +39,19 @@ func Enqueue(ctx context.Context, c *asynq.Client, queue, approvalID string) err
 	return nil
 }
 
-// Wake tells the idle workers of queue that a task waits there (a
-// promotion just queued), so that they poll at once rather than at the end
-// of their idle wait (worker -idle-wait; internal/redis/wake). A failure
-// costs latency only, so it is not reported.
-func (s *Store) Wake(ctx context.Context, queue string) {
+// QueuePromotion queues the promotion of accepted approval id in queue
+// (DefaultQueue when ""), as Enqueue does, then wakes the queue's idle
+// workers so that one takes it at once rather than at the end of its idle
+// wait (worker -idle-wait; internal/redis/wake). Every front end and the
+// worker queue promotions through it. A failed wake-up costs latency only,
+// so it is not reported.
+func (s *Store) QueuePromotion(ctx context.Context, ac *asynq.Client, queue, id string) error {
 	if queue == "" {
 		queue = DefaultQueue
 	}
+	if err := Enqueue(ctx, ac, queue, id); err != nil {
+		return err
+	}
 	_ = wake.Notify(ctx, s.rdb, s.prefix, queue)
+	return nil
 }

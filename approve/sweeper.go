@@ -87,10 +87,8 @@ func (s *Sweeper) Sweep(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if err := EnqueueFor(ctx, s.Client, a); err != nil && ctx.Err() == nil {
+		if err := s.Store.QueuePromotion(ctx, s.Client, a.Run.Queue, a.ID); err != nil && ctx.Err() == nil {
 			s.Log.Warn().Err(err).Str("approval_id", id).Msg("approval sweeper: queue promotion")
-		} else if err == nil {
-			s.Store.Wake(ctx, a.Run.Queue)
 		}
 	}
 }

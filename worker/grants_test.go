@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/airlock-run/airlock/internal/tracing"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/record"
 )
@@ -45,7 +46,7 @@ func TestCheckGrants(t *testing.T) {
 			if tt.pol != "" {
 				risk = p
 			}
-			w := &Worker{log: zerolog.Nop(), cfg: Config{RiskPolicy: risk}}
+			w := &Worker{log: zerolog.Nop(), cfg: Config{RiskPolicy: risk}, tr: tracing.Tracer(nil)}
 			sp := spec(t, tt.spec)
 			sp.Queue, sp.Action = tt.queue, tt.action
 			err := w.checkGrants(sp)
@@ -55,7 +56,7 @@ func TestCheckGrants(t *testing.T) {
 		})
 	}
 	// At fetch time, on the URL the request goes to.
-	w := &Worker{log: zerolog.Nop(), cfg: Config{RiskPolicy: p}}
+	w := &Worker{log: zerolog.Nop(), cfg: Config{RiskPolicy: p}, tr: tracing.Tracer(nil)}
 	sp := spec(t, `{"version": 1, "queue": "reports", "secrets": ["PARTNER_TOKEN"], `+header+`, "steps": [{"run": ["true"]}]}`)
 	if err := w.fetchGrant(sp, 0, "http://127.0.0.1:8765/x?y"); err != nil {
 		t.Errorf("fetchGrant of the granted host: %v", err)

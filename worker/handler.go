@@ -176,11 +176,9 @@ func (w *Worker) report(ctx context.Context, rec *record.Run, out outcome) error
 		rec.Error = failure(rec)
 	}
 	if out.promote != "" {
-		if err := approve.Enqueue(ctx, w.asynq, rec.Queue, out.promote); err != nil {
+		if err := w.promoter.Store.QueuePromotion(ctx, w.asynq, rec.Queue, out.promote); err != nil {
 			// The sweeper queues it later; the record says accepted.
 			rec.Error = joinErr(rec.Error, "queue promotion: "+err.Error())
-		} else {
-			w.promoter.Store.Wake(ctx, rec.Queue)
 		}
 	}
 	redact(rec, out.secrets)

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/isolation/sandbox"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
+	"github.com/airlock-run/airlock/internal/tracing"
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/policy"
 	"github.com/airlock-run/airlock/promote"
@@ -111,7 +112,7 @@ func phaseWorker(t *testing.T, pol string) (*Worker, string) {
 		}
 	}
 	store := t.TempDir()
-	w := &Worker{log: zerolog.Nop(), cfg: Config{Redis: rdb, Prefix: prefix, RiskPolicy: risk, Sink: &promote.FS{Dir: store}}}
+	w := &Worker{log: zerolog.Nop(), cfg: Config{Redis: rdb, Prefix: prefix, RiskPolicy: risk, Sink: &promote.FS{Dir: store}}, tr: tracing.Tracer(nil)}
 	w.useStore(approve.NewStore(rdb, approve.Options{Prefix: prefix}))
 	w.completer = newCompleter(&w.cfg, w.log)
 	return w, store

@@ -28,10 +28,6 @@ const (
 	exitDecided  = 4             // decided already, or expired
 )
 
-// defaultQueue is where a promotion goes when the run summary names no
-// queue (asynq's default queue).
-const defaultQueue = "default"
-
 // Run runs the command with args (without the program name) and returns its
 // exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -366,46 +362,18 @@ func (c *session) accept(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	id := args[0]
-	a, err := st.Accept(ctx, id, by, c.o.comment)
-	if a == nil {
-		var de *approve.DecidedError
-		if errors.As(err, &de) && de.State == approve.StateAccepted {
-			// Accepted by someone else (or by an earlier try of ours that
-			// could not queue the promotion): queuing it is idempotent.
-			if cur, gerr := st.Get(ctx, id); gerr == nil && cur.PromotedAt.IsZero() {
-				if qerr := c.enqueue(ctx, cur); qerr == nil {
-					return fmt.Errorf("%w; its promotion is queued", err)
-				}
-			}
-		}
+	a, warn, err := approve.Accept(ctx, st, asynq.NewClientFromRedisClient(c.rdb), args[0], by, c.o.comment)
+	if warn != nil { // accepted, but the indexes are stale
+		fmt.Fprintf(c.stderr, "approve accept: warning: %v\n", warn)
+	}
+	if err != nil {
 		return err
-	}
-	if err != nil { // accepted, but the indexes are stale
-		fmt.Fprintf(c.stderr, "approve accept: warning: %v\n", err)
-	}
-	if err := c.enqueue(ctx, a); err != nil {
-		return fmt.Errorf("accepted %s, but queuing its promotion failed: %w (run approve accept %s again to queue it; a worker re-queues it when it starts)", id, err, id)
 	}
 	if c.o.json {
 		return c.printJSON(a.View())
 	}
-	_, err = fmt.Fprintf(c.stdout, "accepted %s; promotion queued\n", id)
+	_, err = fmt.Fprintf(c.stdout, "accepted %s; promotion queued\n", a.ID)
 	return err
-}
-
-func (c *session) enqueue(ctx context.Context, a *approve.Approval) error {
-	q := a.Run.Queue
-	if q == "" {
-		q = defaultQueue
-	}
-	if err := approve.Enqueue(ctx, asynq.NewClientFromRedisClient(c.rdb), q, a.ID); err != nil {
-		return err
-	}
-	if st, err := c.connect(); err == nil {
-		st.Wake(ctx, q)
-	}
-	return nil
 }
 
 func (c *session) reject(ctx context.Context, args []string) error {
