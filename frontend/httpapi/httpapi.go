@@ -23,7 +23,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -36,6 +35,7 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/internal/tracing"
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -338,7 +338,7 @@ func (h *Handler) internal(w http.ResponseWriter, r *http.Request, err error) {
 		// The store, not Redis, whatever the error says (an S3 endpoint
 		// that refuses connections is no Redis outage).
 		p.Detail = "the API could not read the run's publication in the store; its log has the cause"
-	} else if isUnavailable(err) {
+	} else if redisconn.Unreachable(err) {
 		p.Type, p.Status, p.Detail = ProblemUnavailable, http.StatusServiceUnavailable, "Redis cannot be reached; the API's log has the cause"
 	}
 	h.failLogged(w, r, p, err)
@@ -350,15 +350,6 @@ func (h *Handler) failLogged(w http.ResponseWriter, r *http.Request, p *Problem,
 	if rw, ok := w.(*responseWriter); ok {
 		rw.problem = cause.Error()
 	}
-}
-
-// isUnavailable reports whether err says that Redis could not be reached.
-func isUnavailable(err error) bool {
-	// A network operation's error, not any net.Error: the syscall.Errno
-	// of a store's *fs.PathError is one too.
-	var oe *net.OpError
-	return errors.As(err, &oe) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
-		strings.Contains(err.Error(), "connection refused")
 }
 
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {

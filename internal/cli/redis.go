@@ -1,15 +1,11 @@
 package cli
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -242,7 +238,7 @@ func (r *Redis) Open() (redis.UniversalClient, *redisconn.Config, error) {
 // error as it is.
 func (r *Redis) Explain(err error) error {
 	var re *RedisError
-	if err == nil || errors.As(err, &re) || !IsConnError(err) {
+	if err == nil || errors.As(err, &re) || !redisconn.Unreachable(err) {
 		return err
 	}
 	return &RedisError{URL: redisconn.Redact(r.URL), Source: r.src, Err: err}
@@ -271,37 +267,3 @@ func (e *RedisError) Error() string {
 
 // Unwrap returns the error reaching Redis.
 func (e *RedisError) Unwrap() error { return e.Err }
-
-// IsConnError reports whether err is an error reaching Redis rather than
-// one Redis answered: a refused, reset or timed-out connection, an
-// unknown host, a TLS failure, a refused password. A context's end is not
-// one, unless it cut a dial.
-func IsConnError(err error) bool {
-	var op *net.OpError
-	var dns *net.DNSError
-	switch {
-	case errors.As(err, &op) && op.Op == "dial", errors.As(err, &dns):
-		return true
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return false
-	case errors.As(err, &op): // a read or write on the connection: reset, timed out
-		return true
-	}
-	var hostErr x509.HostnameError
-	var authErr x509.UnknownAuthorityError
-	var certErr x509.CertificateInvalidError
-	var recErr tls.RecordHeaderError
-	if errors.As(err, &hostErr) || errors.As(err, &authErr) ||
-		errors.As(err, &certErr) || errors.As(err, &recErr) ||
-		errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return true
-	}
-	msg := err.Error()
-	for _, s := range []string{"NOAUTH", "WRONGPASS", "invalid password", "connection refused", "no such host", "i/o timeout", "tls: "} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
-}
