@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"strings"
+	"slices"
 	"sync"
 
 	"github.com/airlock-run/airlock/record"
@@ -26,7 +27,8 @@ const IsolationURI = "airlock://isolation"
 const maxIsolations = 64
 
 // isolations keeps the isolations the server's answers referred to, by
-// id, the oldest forgotten past maxIsolations.
+// id, the least recently cited forgotten past maxIsolations (an answer's
+// id stays readable however old its isolation is).
 type isolations struct {
 	mu    sync.Mutex
 	byID  map[string]record.Isolation
@@ -46,6 +48,9 @@ func (c *isolations) add(iso record.Isolation) string {
 		c.byID = map[string]record.Isolation{}
 	}
 	if _, ok := c.byID[id]; ok {
+		// Cited again: the most recent.
+		i := slices.Index(c.order, id)
+		c.order = append(append(c.order[:i:i], c.order[i+1:]...), id)
 		return id
 	}
 	if len(c.order) >= maxIsolations {

@@ -158,12 +158,27 @@ func TestIsolationsBounded(t *testing.T) {
 		Rlimits: strictIsolation.Rlimits, Memory: strictIsolation.Memory, Validation: strictIsolation.Validation}); again != first {
 		t.Errorf("the same tiers with another uid: id %s, want %s", again, first)
 	}
+	ids := make([]string, maxIsolations)
 	for i := range maxIsolations {
 		iso := strictIsolation
 		iso.Network = strings.Repeat("x", i+1)
-		c.add(iso)
+		ids[i] = c.add(iso)
 	}
 	if _, ok := c.get(first); ok || len(c.all()) != maxIsolations {
 		t.Errorf("after %d more: the first kept %v, %d kept", maxIsolations, ok, len(c.all()))
+	}
+	// One cited again is the most recent: the next new one evicts the
+	// least recently cited ("xx"), not it ("x", the oldest added).
+	net := func(n string) record.Isolation { iso := strictIsolation; iso.Network = n; return iso }
+	x, xx := ids[0], ids[1]
+	if again := c.add(net("x")); again != x {
+		t.Fatalf("x cited again: id %s, want %s", again, x)
+	}
+	c.add(net("new"))
+	if _, ok := c.get(x); !ok {
+		t.Error("an isolation cited again was evicted before older ones")
+	}
+	if _, ok := c.get(xx); ok {
+		t.Error("the least recently cited isolation was kept past the bound")
 	}
 }
