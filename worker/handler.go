@@ -61,8 +61,7 @@ type outcome struct {
 // handle is the asynq handler of TypeRun.
 func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 	w.inflight.Add(1)
-	w.running.Add(1)
-	defer func() { w.running.Add(-1); w.inflight.Done() }()
+	defer w.inflight.Done()
 	rec := w.newRecord(ctx)
 	ctx, span := w.startRun(ctx, t, &rec)
 	defer endRun(span, &rec)

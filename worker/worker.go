@@ -82,10 +82,9 @@ type Worker struct {
 	tr trace.Tracer // the worker's spans' (worker/trace.go)
 
 	stopOnce sync.Once
-	stopping chan struct{} // closed when shutdown starts: running steps are canceled
-	serving  atomic.Bool   // Run takes tasks: its asynq server started, no shutdown yet
-	inflight sync.WaitGroup
-	running  atomic.Int64 // handlers of TypeRun under way: what holds a slot
+	stopping chan struct{}  // closed when shutdown starts: running steps are canceled
+	serving  atomic.Bool    // Run takes tasks: its asynq server started, no shutdown yet
+	inflight sync.WaitGroup // handlers of TypeRun under way
 	// handedBack holds the queues of the tasks handed back at shutdown,
 	// whose idle workers are woken once asynq requeued them.
 	handedBack sync.Map
@@ -471,10 +470,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-stopped:
 		w.log.Info().Msg("worker stopped")
 	case <-limit.C:
-		if w.running.Load() == 0 {
-			// No run holds a slot: only asynq's own shutdown lags (its
-			// last writes to a Redis that does not answer). The slots
-			// and workspaces are cleaned up as on a clean stop.
+		if busy, _ := w.Slots(); busy == 0 {
+			// No run holds a slot (a handler may still be reporting, its
+			// slot given back): only asynq's own shutdown or a report
+			// lags (their writes to a Redis that does not answer). The
+			// slots and workspaces are cleaned up as on a clean stop.
 			w.log.Warn().Dur("after", w.cfg.ShutdownTimeout+w.cfg.Grace).Msg("asynq's shutdown is still waiting on Redis: stopping without it")
 			break
 		}
