@@ -183,10 +183,7 @@ flags:
 	redisFrom := redisSource(o.dev, explicit["redis"])
 	rdb, rconf, err := redisconn.Open(o.redisURL)
 	if err != nil {
-		if redisFrom == cli.FromEnv {
-			return fmt.Errorf("$REDIS_URL: %w", err)
-		}
-		return fmt.Errorf("-redis: %w", err)
+		return fmt.Errorf("%s: %w", redisFrom.Name(), err)
 	}
 	redisconn.SetLogger(func(msg string) {
 		lvl := zerolog.DebugLevel // failed dials repeat; the worker says what matters
@@ -198,7 +195,7 @@ flags:
 	defer rdb.Close()
 	ready.rdb.Store(&rdb)
 	ready.set("waiting for Redis at " + rconf.String())
-	if err := waitForRedis(ctx, rdb, rconf.String(), log.With().Str("redis_from", redisFrom).Logger(), startRetries(m)); err != nil {
+	if err := waitForRedis(ctx, rdb, rconf.String(), log.With().Str("redis_from", redisFromText(o.dev, redisFrom)).Logger(), startRetries(m)); err != nil {
 		return nil // stopped (SIGINT/SIGTERM) while Redis was unreachable: a clean stop
 	}
 	ready.set("starting slots")
@@ -439,18 +436,27 @@ func storeLocation(store string) (string, error) {
 }
 
 // redisSource says where -redis came from, for the log lines of a Redis
-// that does not answer (field redis_from): -dev, -redis given (explicit),
-// $REDIS_URL, or the default.
-func redisSource(dev, explicit bool) string {
+// that does not answer (field redis_from) and its URL's errors: -dev (as
+// the flag: the embedded Redis's URL; redisFromText says -dev), -redis
+// given (explicit),
+// $REDIS_URL, or the default. The worker reads no dev-mode URL file: it
+// writes one.
+func redisSource(dev, explicit bool) cli.RedisSource {
 	switch {
-	case dev:
-		return "-dev (the embedded Redis)"
-	case explicit:
-		return cli.FromFlag
+	case dev, explicit:
+		return cli.RedisSource{From: cli.FromFlag}
 	case os.Getenv("REDIS_URL") != "":
-		return cli.FromEnv
+		return cli.RedisSource{From: cli.FromEnv}
 	}
-	return "the default: no -redis or $REDIS_URL"
+	return cli.RedisSource{From: cli.FromDefault}
+}
+
+// redisFromText is the redis_from log field: src's words, or -dev's.
+func redisFromText(dev bool, src cli.RedisSource) string {
+	if dev {
+		return "-dev (the embedded Redis)"
+	}
+	return src.String()
 }
 
 func envOr(k, def string) string {

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/cli"
 )
 
 // TestVersion: worker -version prints the one version string and exits 0.
@@ -42,22 +41,23 @@ func TestStoreLocation(t *testing.T) {
 	}
 }
 
-// TestRedisSource: what the worker's log lines say of where -redis came
-// from.
+// TestRedisSource: what the worker's log lines and URL errors say of where
+// -redis came from.
 func TestRedisSource(t *testing.T) {
 	t.Setenv("REDIS_URL", "")
 	for _, c := range []struct {
-		dev, explicit bool
-		env, want     string
+		dev, explicit    bool
+		env, want, named string
 	}{
-		{false, false, "", "the default: no -redis or $REDIS_URL"},
-		{false, false, "redis://r:6379/0", cli.FromEnv},
-		{false, true, "redis://r:6379/0", cli.FromFlag},
-		{true, true, "", "-dev (the embedded Redis)"},
+		{false, false, "", "the default: no -redis or $REDIS_URL", "-redis"},
+		{false, false, "redis://r:6379/0", "from $REDIS_URL", "$REDIS_URL"},
+		{false, true, "redis://r:6379/0", "from -redis", "-redis"},
+		{true, true, "", "-dev (the embedded Redis)", "-redis"},
 	} {
 		t.Setenv("REDIS_URL", c.env)
-		if got := redisSource(c.dev, c.explicit); got != c.want {
-			t.Errorf("dev %v, -redis %v, $REDIS_URL %q: %q, want %q", c.dev, c.explicit, c.env, got, c.want)
+		src := redisSource(c.dev, c.explicit)
+		if got := redisFromText(c.dev, src); got != c.want || src.Name() != c.named {
+			t.Errorf("dev %v, -redis %v, $REDIS_URL %q: %q named %q, want %q named %q", c.dev, c.explicit, c.env, got, src.Name(), c.want, c.named)
 		}
 	}
 }

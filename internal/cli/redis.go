@@ -65,8 +65,9 @@ func (s RedisSource) String() string {
 	return "the default: no -redis, $REDIS_URL or dev-mode URL file " + s.DevFile
 }
 
-// name is how a URL parse error names where the URL came from.
-func (s RedisSource) name() string {
+// Name is how a URL's error names where the URL came from: "-redis",
+// "$REDIS_URL" or "-redis (from FILE)".
+func (s RedisSource) Name() string {
 	switch s.From {
 	case FromEnv:
 		return "$REDIS_URL"
@@ -227,7 +228,7 @@ func (r *Redis) Open() (redis.UniversalClient, *redisconn.Config, error) {
 	}
 	rdb, conf, err := redisconn.Open(r.URL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", r.src.name(), err)
+		return nil, nil, fmt.Errorf("%s: %w", r.src.Name(), err)
 	}
 	return rdb, conf, nil
 }
