@@ -53,8 +53,9 @@ type Announcement struct {
 
 // Announce stores a as the entry of worker a.Worker for each queue, valid
 // for AnnounceTTL from now, and removes the entries of the queues' other
-// workers that are stale. One round trip to write (per queue on a
-// Cluster, where the keys are in different slots), one more to prune.
+// workers that are stale. One round trip to write and read the entries
+// (per node on a Cluster, where the keys are in different slots), one more
+// to prune when an entry is stale.
 func Announce(ctx context.Context, rdb redis.UniversalClient, prefix string, queues []string, a Announcement, now time.Time) error {
 	if a.Worker == "" {
 		return fmt.Errorf("queuepolicy: an announcement without the worker's name")
@@ -80,20 +81,27 @@ func Announce(ctx context.Context, rdb redis.UniversalClient, prefix string, que
 	if err != nil {
 		return fmt.Errorf("queuepolicy: announcing the worker for %d queue(s): %w", len(queues), err)
 	}
+	stale := map[string][]string{}
 	for i, q := range queues {
-		var stale []string
 		kv, _ := all[i].Val()
 		for j := 0; j+1 < len(kv); j += 2 {
 			var e Announcement
 			if json.Unmarshal([]byte(kv[j+1]), &e) != nil || e.Until < now.UnixMilli() {
-				stale = append(stale, kv[j])
+				stale[q] = append(stale[q], kv[j])
 			}
 		}
-		if len(stale) > 0 {
-			if err := rdb.HDel(ctx, WorkersKey(prefix, q), stale...).Err(); err != nil {
-				return fmt.Errorf("queuepolicy: removing stale workers of queue %q: %w", q, err)
-			}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	_, err = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for q, names := range stale {
+			pipe.HDel(ctx, WorkersKey(prefix, q), names...)
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("queuepolicy: removing stale workers of %d queue(s): %w", len(stale), err)
 	}
 	return nil
 }
