@@ -30,13 +30,13 @@ func (c *Client) readFrom(ctx context.Context, queue, taskID string, rec *record
 	if c.opts.Store != "" {
 		w, err := storage.Where(c.opts.Store, rec.RunID, taskID)
 		if err != nil {
-			return "", storeError{fmt.Errorf("airlock: store %w (enqueue -store, ClientOptions.Store)", err)}
+			return "", storeError{fmt.Errorf("airlock: store %w (-store of enqueue, api or mcp; ClientOptions.Store)", err)}
 		}
 		return w, nil
 	}
 	if storage.IsS3(where) || filepath.IsAbs(where) {
 		if err := storage.CheckWhere(where, rec.RunID, taskID); err != nil {
-			return "", storeError{fmt.Errorf("airlock: task %s: %w: not read (give the workers' store: enqueue -store, ClientOptions.Store)", taskID, err)}
+			return "", storeError{fmt.Errorf("airlock: task %s: %w: not read (give the workers' store: -store of enqueue, api or mcp; ClientOptions.Store)", taskID, err)}
 		}
 		return where, nil
 	}
@@ -46,7 +46,7 @@ func (c *Client) readFrom(ctx context.Context, queue, taskID string, rec *record
 	}
 	switch stores := queuepolicy.Stores(workers); len(stores) {
 	case 0:
-		return "", storeError{fmt.Errorf("airlock: task %s was published to %s, relative to its worker's directory, and no worker of queue %q announces its store: give the workers' store (enqueue -store, ClientOptions.Store)", taskID, where, queue)}
+		return "", storeError{fmt.Errorf("airlock: task %s was published to %s, relative to its worker's directory, and no worker of queue %q announces its store: give the workers' store (-store of enqueue, api or mcp; ClientOptions.Store)", taskID, where, queue)}
 	case 1:
 		w, err := storage.Where(stores[0], rec.RunID, taskID)
 		if err != nil {
@@ -54,7 +54,7 @@ func (c *Client) readFrom(ctx context.Context, queue, taskID string, rec *record
 		}
 		return w, nil
 	default:
-		return "", storeError{fmt.Errorf("airlock: task %s was published to %s, relative to its worker's directory, and the workers of queue %q announce %d stores (%s): say which holds it (enqueue -store, ClientOptions.Store)",
+		return "", storeError{fmt.Errorf("airlock: task %s was published to %s, relative to its worker's directory, and the workers of queue %q announce %d stores (%s): say which holds it (-store of enqueue, api or mcp; ClientOptions.Store)",
 			taskID, where, queue, len(stores), strings.Join(stores, ", "))}
 	}
 }
@@ -63,7 +63,7 @@ func (c *Client) readFrom(ctx context.Context, queue, taskID string, rec *record
 // matches ErrNotPromoted, and says where the reader looked and how to
 // point it elsewhere.
 func (c *Client) noManifest(taskID, where string, err error) error {
-	hint := "if this process sees the workers' store elsewhere, say where (enqueue -store, ClientOptions.Store)"
+	hint := "if this process sees the workers' store elsewhere, say where (-store of enqueue, api or mcp; ClientOptions.Store)"
 	if c.opts.Store != "" {
 		hint = "read in the store " + c.opts.Store + " (-store): check that it is the workers' store"
 	}

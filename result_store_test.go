@@ -55,7 +55,7 @@ func TestResultReadsWhereTheWorkerWrote(t *testing.T) {
 	// path could lead anywhere), an error asking for the store.
 	_, err := c.Result(ctx, rel)
 	if want := "airlock: task " + rel + " was published to airlock-store/rel-1/" + rel + ", relative to its worker's directory, and no worker of queue \"" + q +
-		"\" announces its store: give the workers' store (enqueue -store, ClientOptions.Store)"; err == nil || err.Error() != want || !errors.Is(err, airlock.ErrStoreUnreadable) {
+		"\" announces its store: give the workers' store (-store of enqueue, api or mcp; ClientOptions.Store)"; err == nil || err.Error() != want || !errors.Is(err, airlock.ErrStoreUnreadable) {
 		t.Errorf("relative, no store announced: %v", err)
 	}
 	// One store announced: read there.
@@ -75,7 +75,7 @@ func TestResultReadsWhereTheWorkerWrote(t *testing.T) {
 	announce("w/3", "s3://other-bucket/out")
 	_, err = c.Result(ctx, rel)
 	want := "airlock: task " + rel + " was published to airlock-store/rel-1/" + rel + ", relative to its worker's directory, and the workers of queue \"" + q +
-		"\" announce 2 stores (" + dir + ", s3://other-bucket/out): say which holds it (enqueue -store, ClientOptions.Store)"
+		"\" announce 2 stores (" + dir + ", s3://other-bucket/out): say which holds it (-store of enqueue, api or mcp; ClientOptions.Store)"
 	if err == nil || err.Error() != want {
 		t.Errorf("relative, two stores announced:\n got %v\nwant %s", err, want)
 	}

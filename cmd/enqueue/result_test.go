@@ -31,7 +31,7 @@ func TestResultStore(t *testing.T) {
 	url := redistest.URL(t)
 	got = runArgs(t, "", "-redis", url, "-result", rec.TaskID)
 	if got.Code != exitNotYet || !strings.HasPrefix(got.Stderr, "enqueue: airlock: task "+rec.TaskID+": /nonexistent/store/r1/"+rec.TaskID+" holds no manifest: ") ||
-		!strings.HasSuffix(got.Stderr, "; if this process sees the workers' store elsewhere, say where (enqueue -store, ClientOptions.Store)\n") {
+		!strings.HasSuffix(got.Stderr, "; if this process sees the workers' store elsewhere, say where (-store of enqueue, api or mcp; ClientOptions.Store)\n") {
 		t.Errorf("-result without -store: %+v", got)
 	}
 	got = runArgs(t, "", "-redis", url, "-result", rec.TaskID, "-store", store)
