@@ -19,20 +19,19 @@ import (
 // specSchema reads and compiles the resource airlock://spec-schema.
 func specSchema(t *testing.T, cs *mcp.ClientSession) *gojsonschema.Schema {
 	t.Helper()
-	text := readResource(t, cs, "airlock://spec-schema")
+	text := mustRead(t, cs, "airlock://spec-schema")
 	return mcptest.CompileSchema(t, "airlock://spec-schema", json.RawMessage(text))
 }
 
-// readResource reads a resource's text.
-func readResource(t *testing.T, cs *mcp.ClientSession, uri string) string {
+// mustRead reads a resource's text (mcptest.ReadResource), failing the
+// test on an error.
+func mustRead(t *testing.T, cs *mcp.ClientSession, uri string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
-	if err != nil || len(res.Contents) != 1 {
-		t.Fatalf("read %s: %v %v", uri, res, err)
+	text, err := mcptest.ReadResource(t, cs, uri, "")
+	if err != nil {
+		t.Fatalf("read %s: %v", uri, err)
 	}
-	return res.Contents[0].Text
+	return text
 }
 
 // TestMCPCompactAnswers runs an action through the real binary and a
@@ -98,10 +97,10 @@ func TestMCPCompactAnswers(t *testing.T) {
 	}
 	want.UID = 0
 	var got record.Isolation
-	if err := json.Unmarshal([]byte(readResource(t, cs, uri)), &got); err != nil || got != want {
+	if err := json.Unmarshal([]byte(mustRead(t, cs, uri)), &got); err != nil || got != want {
 		t.Errorf("%s: %+v (%v), want the full record's %+v", uri, got, err, want)
 	}
-	if text := readResource(t, cs, "airlock://isolation"); !strings.Contains(text, strings.TrimPrefix(uri, "airlock://isolation/")) {
+	if text := mustRead(t, cs, "airlock://isolation"); !strings.Contains(text, strings.TrimPrefix(uri, "airlock://isolation/")) {
 		t.Errorf("airlock://isolation: %s", text)
 	}
 }

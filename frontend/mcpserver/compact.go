@@ -4,8 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"strings"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/airlock-run/airlock/record"

@@ -1,7 +1,6 @@
 package mcpserver
 
 import (
-	"context"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-run/airlock/internal/testkit/mcptest"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -22,19 +22,6 @@ var strictIsolation = record.Isolation{Mode: "strict", User: "uid per slot from 
 	FDs:      "closed: steps get only stdin, stdout and stderr", Quota: "tmpfs per slot, sized to each task's quota",
 	Tree: "pid namespace (kill -1 from its init)", Rlimits: "prlimit while stopped at exec (ptrace)",
 	Memory: "cgroup v2 memory and pids, one group per slot", Validation: "in the worker up to 10000 units of work"}
-
-// readResource reads a resource's text.
-func readResource(t *testing.T, cs *mcp.ClientSession, uri string) (string, error) {
-	t.Helper()
-	res, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: uri})
-	if err != nil {
-		return "", err
-	}
-	if len(res.Contents) != 1 || res.Contents[0].URI != uri || res.Contents[0].MIMEType != "application/json" {
-		t.Fatalf("read %s: %+v", uri, res.Contents)
-	}
-	return res.Contents[0].Text, nil
-}
 
 // A record's answer is compact unless full: true asks for the whole: its
 // isolation {mode, uid, off, uri}, the tiers' text in the resource at
@@ -100,7 +87,7 @@ func TestCompactRecord(t *testing.T) {
 
 	// The tiers' text: at uri, and in IsolationURI by id; the uid, which
 	// differs from run to run, is in the record only.
-	text, err := readResource(t, cs, uri)
+	text, err := mcptest.ReadResource(t, cs, uri, "application/json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,13 +98,13 @@ func TestCompactRecord(t *testing.T) {
 		t.Errorf("%s: %s, want %+v", uri, text, want)
 	}
 	var all map[string]record.Isolation
-	if text, err = readResource(t, cs, IsolationURI); err != nil {
+	if text, err = mcptest.ReadResource(t, cs, IsolationURI, "application/json"); err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal([]byte(text), &all); err != nil || len(all) != 1 || all[strings.TrimPrefix(uri, IsolationURI+"/")] != want {
 		t.Errorf("%s: %s (%v)", IsolationURI, text, err)
 	}
-	if _, err := readResource(t, cs, IsolationURI+"/000000000000"); err == nil || !strings.Contains(err.Error(), "full: true") {
+	if _, err := mcptest.ReadResource(t, cs, IsolationURI+"/000000000000", "application/json"); err == nil || !strings.Contains(err.Error(), "full: true") {
 		t.Errorf("an isolation never answered about: %v", err)
 	}
 
@@ -134,7 +121,7 @@ func TestCompactRecord(t *testing.T) {
 	if iso["mode"] != "best-effort" || iso["uri"] == uri || !reflect.DeepEqual(iso["off"], []any{"landlock", "seccomp"}) {
 		t.Errorf("best-effort isolation %v", iso)
 	}
-	if text, _ := readResource(t, cs, IsolationURI); strings.Count(text, `"mode"`) != 2 {
+	if text, _ := mcptest.ReadResource(t, cs, IsolationURI, "application/json"); strings.Count(text, `"mode"`) != 2 {
 		t.Errorf("%s after two workers' runs: %s", IsolationURI, text)
 	}
 

@@ -89,3 +89,20 @@ func outputSchema(t testing.TB, cs *mcp.ClientSession, name string) *gojsonschem
 	}
 	return s
 }
+
+// ReadResource reads the resource at uri on cs: its text, which must be
+// one content of that uri, of MIME type mime unless mime is ""; an error
+// the server answered is returned.
+func ReadResource(t testing.TB, cs *mcp.ClientSession, uri, mime string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+	if err != nil {
+		return "", err
+	}
+	if len(res.Contents) != 1 || res.Contents[0].URI != uri || mime != "" && res.Contents[0].MIMEType != mime {
+		t.Fatalf("read %s: %+v", uri, res.Contents)
+	}
+	return res.Contents[0].Text, nil
+}
