@@ -13,12 +13,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/testkit/logtest"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
@@ -94,22 +94,7 @@ type workerProc struct {
 	done chan struct{}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = logtest.Buffer
 
 func needRoot(t *testing.T) {
 	if os.Geteuid() != 0 {

@@ -78,7 +78,7 @@ func TestHandedBackWakesIdleWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := func(logs *syncBuffer) bool {
-		for _, l := range logs.lines(t, e.TaskID) {
+		for _, l := range taskLines(t, logs, e.TaskID) {
 			if l["message"] == "task start" {
 				return true
 			}
@@ -98,12 +98,12 @@ func TestHandedBackWakesIdleWorkers(t *testing.T) {
 	for deadline := time.Now().Add(8 * time.Second); !started(logsB); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			info, _ := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo(q, e.TaskID)
-			t.Fatalf("worker b did not start the handed-back task within 8 s of a's stop (its idle poll waits 10 s); task %+v\na's log:\n%s\nb's log:\n%s", info, logsA.b.String(), logsB.b.String())
+			t.Fatalf("worker b did not start the handed-back task within 8 s of a's stop (its idle poll waits 10 s); task %+v\na's log:\n%s\nb's log:\n%s", info, logsA.String(), logsB.String())
 		}
 	}
 	t.Logf("handed back, started by b %s after a's stop began", time.Since(stopped).Round(time.Millisecond))
-	if !strings.Contains(logsA.b.String(), "handing it back") {
-		t.Errorf("a did not hand the task back:\n%s", logsA.b.String())
+	if !strings.Contains(logsA.String(), "handing it back") {
+		t.Errorf("a did not hand the task back:\n%s", logsA.String())
 	}
 	rec, err := c.Wait(context.Background(), q, e.TaskID)
 	if err != nil || rec.State != record.StateCompleted {

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/internal/testkit/logtest"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/internal/tracing"
 	"github.com/airlock-run/airlock/promote"
@@ -33,24 +33,12 @@ import (
 	"github.com/airlock-run/airlock/tasks"
 )
 
-// syncBuffer is a log destination the worker's goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+type syncBuffer = logtest.Buffer
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines returns the JSON log lines of task id.
-func (s *syncBuffer) lines(t *testing.T, taskID string) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// taskLines returns the JSON log lines of task id in s.
+func taskLines(t *testing.T, s *syncBuffer, taskID string) []map[string]any {
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
+	sc := bufio.NewScanner(bytes.NewReader(s.Bytes()))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var l map[string]any
@@ -240,7 +228,7 @@ func TestRunSpans(t *testing.T) {
 	if ap, err := store.Get(context.Background(), rec.ApprovalID); err != nil || ap.TraceParent != tracing.Traceparent(park.SpanContext()) {
 		t.Errorf("approval trace_parent %q, want the park span's %q (%v)", ap.TraceParent, tracing.Traceparent(park.SpanContext()), err)
 	}
-	lines := logs.lines(t, e.TaskID)
+	lines := taskLines(t, logs, e.TaskID)
 	msgs := map[string]bool{}
 	for _, l := range lines {
 		msgs[fmt.Sprint(l["message"])] = true
@@ -270,7 +258,7 @@ func TestRunSpans(t *testing.T) {
 		t.Errorf("run with a malformed traceparent: %s %q, trace_id %q", bad.State, bad.Error, bad.TraceID)
 	}
 	warned := false
-	for _, l := range logs.lines(t, info.ID) {
+	for _, l := range taskLines(t, logs, info.ID) {
 		warned = warned || strings.Contains(fmt.Sprint(l["message"]), "malformed")
 	}
 	if !warned {

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlock-run/airlock/frontend/httpapi"
+	"github.com/airlock-run/airlock/internal/testkit/logtest"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
 )
 
@@ -83,23 +84,7 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = logtest.Buffer
 
 // start runs the command in the background until the returned stop is
 // called, and returns the URL it logged.

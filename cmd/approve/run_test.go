@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/approve/approvetest"
+	"github.com/airlock-run/airlock/internal/testkit/logtest"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/record"
 )
@@ -402,23 +403,7 @@ func TestAcceptProcesses(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = logtest.Buffer
 
 func TestWatch(t *testing.T) {
 	t.Parallel()

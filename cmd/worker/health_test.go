@@ -3,13 +3,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +16,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/airlock-run/airlock/internal/metrics"
+	"github.com/airlock-run/airlock/internal/testkit/logtest"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = logtest.Buffer
 
 func freeAddr(t *testing.T) string {
 	t.Helper()

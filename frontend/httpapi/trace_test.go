@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"sync"
 	"testing"
 
 	"github.com/hibiken/asynq"
@@ -15,21 +14,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlock-run/airlock/frontend/httpapi"
+	"github.com/airlock-run/airlock/internal/testkit/logtest"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/internal/tracing"
 )
 
-// lockedBuffer is a log destination shared by the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+type lockedBuffer = logtest.Buffer
 
 // TestRequestTraceReachesTheTask: a request's traceparent header makes
 // its server span ("POST /v1/runs") a child of the caller's, and the task
@@ -88,15 +78,13 @@ func TestRequestTraceReachesTheTask(t *testing.T) {
 			t.Errorf("%s: span attributes %v", tt.name, attrs)
 		}
 		found := false
-		logs.mu.Lock()
-		sc := bufio.NewScanner(bytes.NewReader(logs.b.Bytes()))
+		sc := bufio.NewScanner(bytes.NewReader(logs.Bytes()))
 		for sc.Scan() {
 			var l map[string]any
 			if json.Unmarshal(sc.Bytes(), &l) == nil && l["message"] == "http" && l["trace_id"] == span.SpanContext().TraceID().String() {
 				found = true
 			}
 		}
-		logs.mu.Unlock()
 		if !found {
 			t.Errorf("%s: no http log line with trace_id %s", tt.name, span.SpanContext().TraceID())
 		}

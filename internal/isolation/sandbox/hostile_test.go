@@ -3,7 +3,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,26 +19,11 @@ import (
 	"unsafe"
 
 	"github.com/airlock-run/airlock/internal/isolation/cgroup"
+	"github.com/airlock-run/airlock/internal/testkit/logtest"
 	"golang.org/x/sys/unix"
 )
 
-// lockedBuffer is an io.Writer for a helper's stderr, read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = logtest.Buffer
 
 // TestForgedSignalsLeaveHelper: a step forges the signals of a crash
 // (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) with SI_QUEUE
