@@ -94,6 +94,7 @@ type workerProc struct {
 	done chan struct{}
 }
 
+// lockedBuffer collects log lines its writers append concurrently.
 type lockedBuffer = logtest.Buffer
 
 func needRoot(t *testing.T) {

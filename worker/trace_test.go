@@ -33,6 +33,7 @@ import (
 	"github.com/airlock-run/airlock/tasks"
 )
 
+// syncBuffer collects log lines its writers append concurrently.
 type syncBuffer = logtest.Buffer
 
 // taskLines returns the JSON log lines of task id in s.

@@ -84,6 +84,7 @@ func TestFlags(t *testing.T) {
 	}
 }
 
+// syncBuffer collects log lines its writers append concurrently.
 type syncBuffer = logtest.Buffer
 
 // start runs the command in the background until the returned stop is

@@ -403,6 +403,7 @@ func TestAcceptProcesses(t *testing.T) {
 	}
 }
 
+// syncBuffer collects log lines its writers append concurrently.
 type syncBuffer = logtest.Buffer
 
 func TestWatch(t *testing.T) {

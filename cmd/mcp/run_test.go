@@ -127,4 +127,5 @@ func TestStdio(t *testing.T) {
 	}
 }
 
+// syncBuffer collects log lines its writers append concurrently.
 type syncBuffer = logtest.Buffer

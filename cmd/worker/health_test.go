@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-run/airlock/internal/testkit/logtest"
 )
 
+// syncBuffer collects log lines its writers append concurrently.
 type syncBuffer = logtest.Buffer
 
 func freeAddr(t *testing.T) string {

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-run/airlock/internal/tracing"
 )
 
+// lockedBuffer collects log lines its writers append concurrently.
 type lockedBuffer = logtest.Buffer
 
 // TestRequestTraceReachesTheTask: a request's traceparent header makes

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// lockedBuffer collects log lines its writers append concurrently.
 type lockedBuffer = logtest.Buffer
 
 // TestForgedSignalsLeaveHelper: a step forges the signals of a crash
