@@ -74,7 +74,7 @@ const (
 	AttrStep       = attribute.Key("airlock.step.index")
 	AttrExitCode   = attribute.Key("airlock.step.exit_code")
 	AttrInputs     = attribute.Key("airlock.inputs")
-	AttrBytes      = attribute.Key("airlock.bytes") // bytes the span's work moved: downloaded, read, staged, published
+	AttrBytes      = attribute.Key("airlock.bytes") // bytes the span's work moved: run, the spec's files written; fetch, downloaded; validate, read; park, staged; promote, published
 	AttrStdout     = attribute.Key("airlock.stdout_bytes")
 	AttrStderr     = attribute.Key("airlock.stderr_bytes")
 	AttrWritten    = attribute.Key("airlock.bytes_written")
