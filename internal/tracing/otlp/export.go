@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,7 +15,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/protobuf/encoding/protowire"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // EnvHeaders holds the headers of every export request (W3C baggage
@@ -27,9 +29,10 @@ const EnvHeaders = "OTEL_EXPORTER_OTLP_HEADERS"
 const exportTimeout = 10 * time.Second
 
 // exporter sends spans to an OTLP/HTTP endpoint as protobuf
-// (ExportTraceServiceRequest, POST <url>), encoded here with protowire:
-// OpenTelemetry's own exporter links the OTLP protos' gRPC services, about
-// 150 packages the worker would compile and carry for one POST.
+// (ExportTraceServiceRequest, POST <url>), built from the OTLP protos'
+// message packages: OpenTelemetry's own exporter links the collector
+// package's gRPC services, about 150 packages the worker would compile and
+// carry for one POST.
 type exporter struct {
 	url     string
 	headers http.Header
@@ -99,105 +102,63 @@ func (e *exporter) Shutdown(context.Context) error {
 
 // encodeRequest encodes spans as an ExportTraceServiceRequest
 // (opentelemetry/proto/collector/trace/v1): one ResourceSpans per
-// resource, one ScopeSpans per instrumentation scope, in order.
+// resource, one ScopeSpans per instrumentation scope, in order. The
+// request's only field is TracesData's (resource_spans, 1): it is
+// marshalled as that, whose package, unlike the collector's, links no
+// gRPC.
 func encodeRequest(spans []sdktrace.ReadOnlySpan) []byte {
-	type scopeKey struct{ name, version string }
-	var out []byte
+	var data tracepb.TracesData
 	for i := 0; i < len(spans); {
 		res := spans[i].Resource()
-		j := i
-		for j < len(spans) && spans[j].Resource() == res {
-			j++
-		}
-		var rs []byte
-		var resMsg []byte
+		rs := &tracepb.ResourceSpans{Resource: &resourcepb.Resource{}}
 		if res != nil {
-			for _, kv := range res.Attributes() {
-				resMsg = appendBytes(resMsg, 1, appendKeyValue(nil, kv))
-			}
+			rs.Resource.Attributes = keyValues(res.Attributes())
 		}
-		rs = appendBytes(rs, 1, resMsg)
-		for k := i; k < j; {
-			sc := spans[k].InstrumentationScope()
-			key := scopeKey{sc.Name, sc.Version}
-			var ss []byte
-			scope := protowire.AppendTag(nil, 1, protowire.BytesType)
-			scope = protowire.AppendString(scope, key.name)
-			if key.version != "" {
-				scope = protowire.AppendTag(scope, 2, protowire.BytesType)
-				scope = protowire.AppendString(scope, key.version)
+		for i < len(spans) && spans[i].Resource() == res {
+			sc := spans[i].InstrumentationScope()
+			ss := &tracepb.ScopeSpans{Scope: &commonpb.InstrumentationScope{Name: sc.Name, Version: sc.Version}}
+			for i < len(spans) && spans[i].Resource() == res &&
+				spans[i].InstrumentationScope().Name == sc.Name && spans[i].InstrumentationScope().Version == sc.Version {
+				ss.Spans = append(ss.Spans, span(spans[i]))
+				i++
 			}
-			ss = appendBytes(ss, 1, scope)
-			for k < j {
-				s := spans[k].InstrumentationScope()
-				if (scopeKey{s.Name, s.Version}) != key {
-					break
-				}
-				ss = appendBytes(ss, 2, encodeSpan(spans[k]))
-				k++
-			}
-			rs = appendBytes(rs, 2, ss)
+			rs.ScopeSpans = append(rs.ScopeSpans, ss)
 		}
-		out = appendBytes(out, 1, rs)
-		i = j
+		data.ResourceSpans = append(data.ResourceSpans, rs)
 	}
-	return out
+	b, _ := proto.Marshal(&data) // messages built here always marshal
+	return b
 }
 
-// encodeSpan encodes one Span (opentelemetry/proto/trace/v1).
-func encodeSpan(s sdktrace.ReadOnlySpan) []byte {
+// span is s as an OTLP Span (opentelemetry/proto/trace/v1).
+func span(s sdktrace.ReadOnlySpan) *tracepb.Span {
 	sc, parent := s.SpanContext(), s.Parent()
 	tid, sid := sc.TraceID(), sc.SpanID()
-	b := appendBytes(nil, 1, tid[:])
-	b = appendBytes(b, 2, sid[:])
-	if ts := sc.TraceState().String(); ts != "" {
-		b = appendBytes(b, 3, []byte(ts))
+	out := &tracepb.Span{
+		TraceId: tid[:], SpanId: sid[:], TraceState: sc.TraceState().String(),
+		Name: s.Name(), Kind: tracepb.Span_SpanKind(kind(s.SpanKind())),
+		StartTimeUnixNano: uint64(s.StartTime().UnixNano()), EndTimeUnixNano: uint64(s.EndTime().UnixNano()),
+		Attributes: keyValues(s.Attributes()),
 	}
 	if parent.SpanID().IsValid() {
 		psid := parent.SpanID()
-		b = appendBytes(b, 4, psid[:])
-	}
-	b = appendBytes(b, 5, []byte(s.Name()))
-	b = protowire.AppendTag(b, 6, protowire.VarintType)
-	b = protowire.AppendVarint(b, uint64(kind(s.SpanKind())))
-	b = appendFixed64(b, 7, uint64(s.StartTime().UnixNano()))
-	b = appendFixed64(b, 8, uint64(s.EndTime().UnixNano()))
-	for _, kv := range s.Attributes() {
-		b = appendBytes(b, 9, appendKeyValue(nil, kv))
+		out.ParentSpanId = psid[:]
 	}
 	for _, ev := range s.Events() {
-		e := appendFixed64(nil, 1, uint64(ev.Time.UnixNano()))
-		e = appendBytes(e, 2, []byte(ev.Name))
-		for _, kv := range ev.Attributes {
-			e = appendBytes(e, 3, appendKeyValue(nil, kv))
-		}
-		b = appendBytes(b, 11, e)
+		out.Events = append(out.Events, &tracepb.Span_Event{TimeUnixNano: uint64(ev.Time.UnixNano()), Name: ev.Name, Attributes: keyValues(ev.Attributes)})
 	}
 	for _, l := range s.Links() {
 		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
-		m := appendBytes(nil, 1, ltid[:])
-		m = appendBytes(m, 2, lsid[:])
-		for _, kv := range l.Attributes {
-			m = appendBytes(m, 4, appendKeyValue(nil, kv))
-		}
-		b = appendBytes(b, 13, m)
-	}
-	st := s.Status()
-	var status []byte
-	if st.Description != "" {
-		status = appendBytes(status, 2, []byte(st.Description))
+		out.Links = append(out.Links, &tracepb.Span_Link{TraceId: ltid[:], SpanId: lsid[:], Attributes: keyValues(l.Attributes)})
 	}
 	// codes.Code: Unset 0, Error 1, Ok 2; OTLP's StatusCode: Unset 0,
 	// Ok 1, Error 2.
-	code := map[uint32]uint64{0: 0, 1: 2, 2: 1}[uint32(st.Code)]
-	if code != 0 {
-		status = protowire.AppendTag(status, 3, protowire.VarintType)
-		status = protowire.AppendVarint(status, code)
+	st := s.Status()
+	code := map[uint32]tracepb.Status_StatusCode{1: tracepb.Status_STATUS_CODE_ERROR, 2: tracepb.Status_STATUS_CODE_OK}[uint32(st.Code)]
+	if code != tracepb.Status_STATUS_CODE_UNSET || st.Description != "" {
+		out.Status = &tracepb.Status{Code: code, Message: st.Description}
 	}
-	if len(status) > 0 {
-		b = appendBytes(b, 15, status)
-	}
-	return b
+	return out
 }
 
 // kind maps trace.SpanKind to OTLP's SpanKind: the same numbers, 0 being
@@ -209,58 +170,44 @@ func kind(k trace.SpanKind) int32 {
 	return int32(k)
 }
 
-// appendKeyValue encodes a KeyValue (opentelemetry/proto/common/v1).
-func appendKeyValue(b []byte, kv attribute.KeyValue) []byte {
-	b = appendBytes(b, 1, []byte(kv.Key))
-	return appendBytes(b, 2, anyValue(kv.Value))
+// keyValues are kvs as OTLP KeyValues (opentelemetry/proto/common/v1).
+func keyValues(kvs []attribute.KeyValue) []*commonpb.KeyValue {
+	out := make([]*commonpb.KeyValue, 0, len(kvs))
+	for _, kv := range kvs {
+		out = append(out, &commonpb.KeyValue{Key: string(kv.Key), Value: anyValue(kv.Value)})
+	}
+	return out
 }
 
-// anyValue encodes an AnyValue: string 1, bool 2, int 3, double 4, array 5.
-func anyValue(v attribute.Value) []byte {
+// anyValue is v as an AnyValue: a string, bool, int, double, or an array
+// of them; any other kind as its text.
+func anyValue(v attribute.Value) *commonpb.AnyValue {
 	switch v.Type() {
 	case attribute.STRING:
-		return appendBytes(nil, 1, []byte(v.AsString()))
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v.AsString()}}
 	case attribute.BOOL:
-		b := protowire.AppendTag(nil, 2, protowire.VarintType)
-		return protowire.AppendVarint(b, protowire.EncodeBool(v.AsBool()))
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_BoolValue{BoolValue: v.AsBool()}}
 	case attribute.INT64:
-		b := protowire.AppendTag(nil, 3, protowire.VarintType)
-		return protowire.AppendVarint(b, uint64(v.AsInt64()))
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: v.AsInt64()}}
 	case attribute.FLOAT64:
-		return appendFixed64(nil, 4, math.Float64bits(v.AsFloat64()))
-	}
-	var arr []byte
-	switch v.Type() {
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: v.AsFloat64()}}
 	case attribute.STRINGSLICE:
-		for _, s := range v.AsStringSlice() {
-			arr = appendBytes(arr, 1, anyValue(attribute.StringValue(s)))
-		}
+		return array(v.AsStringSlice(), attribute.StringValue)
 	case attribute.BOOLSLICE:
-		for _, x := range v.AsBoolSlice() {
-			arr = appendBytes(arr, 1, anyValue(attribute.BoolValue(x)))
-		}
+		return array(v.AsBoolSlice(), attribute.BoolValue)
 	case attribute.INT64SLICE:
-		for _, x := range v.AsInt64Slice() {
-			arr = appendBytes(arr, 1, anyValue(attribute.Int64Value(x)))
-		}
+		return array(v.AsInt64Slice(), attribute.Int64Value)
 	case attribute.FLOAT64SLICE:
-		for _, x := range v.AsFloat64Slice() {
-			arr = appendBytes(arr, 1, anyValue(attribute.Float64Value(x)))
-		}
-	default:
-		return appendBytes(nil, 1, []byte(v.Emit()))
+		return array(v.AsFloat64Slice(), attribute.Float64Value)
 	}
-	return appendBytes(nil, 5, arr)
+	return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v.Emit()}}
 }
 
-// appendBytes appends a length-delimited field: bytes, a string or an
-// embedded message.
-func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendBytes(b, v)
-}
-
-func appendFixed64(b []byte, num protowire.Number, v uint64) []byte {
-	b = protowire.AppendTag(b, num, protowire.Fixed64Type)
-	return protowire.AppendFixed64(b, v)
+// array is xs as an AnyValue array, each element made a Value by value.
+func array[T any](xs []T, value func(T) attribute.Value) *commonpb.AnyValue {
+	arr := &commonpb.ArrayValue{}
+	for _, x := range xs {
+		arr.Values = append(arr.Values, anyValue(value(x)))
+	}
+	return &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{ArrayValue: arr}}
 }
