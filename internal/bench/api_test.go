@@ -4,13 +4,10 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/airlock-run/airlock/internal/testkit/redistest"
 )
 
 // TestAPISection runs the api section alone at a tiny size against a real
@@ -22,19 +19,7 @@ func TestAPISection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds cmd/api and runs a real worker for a few seconds; not with -short")
 	}
-	var progress bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, Options{RedisURL: redistest.URL(t), N: 20, Rounds: 1, Sections: []string{SecAPI}, Progress: &progress})
-	t.Log("progress:\n" + progress.String())
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	var table bytes.Buffer
-	if err := rep.WriteTable(&table); err != nil {
-		t.Fatal(err)
-	}
-	t.Log("report:\n" + table.String())
+	rep, table := runTiny(t, 4*time.Minute, []string{SecAPI})
 	a := rep.API
 	if a == nil || a.Runs != 20 || a.Readers != apiReaders || a.Queues < 1 {
 		t.Fatalf("api report: %+v", a)
@@ -59,7 +44,7 @@ func TestAPISection(t *testing.T) {
 		t.Errorf("targets judged %v %v from %v ms and %v/s", a.OverheadMet, a.ReadsMet, a.OverheadP50.Median, a.ReadsPerSec.Median)
 	}
 	for _, want := range []string{"HTTP API over the Go client", "enqueue → record p50", "≤ 1 ms", "GET /v1/runs/{id} of a finished run", "≥ 2000", "with ?queue="} {
-		if !strings.Contains(table.String(), want) {
+		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q", want)
 		}
 	}

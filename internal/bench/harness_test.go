@@ -14,18 +14,15 @@ import (
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
 )
 
-// TestHarnessTiny runs the whole harness at a tiny size, so that it cannot
-// rot: it asserts no speed, only that every figure was produced and is
-// positive, and that every task ended ok (Run fails otherwise). Without
-// root the worker runs with best-effort isolation.
-func TestHarnessTiny(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs real worker and baseline processes for ~30s; not with -short")
-	}
+// runTiny runs the harness's sections (every one when nil) at a tiny size
+// (20 tasks, one round) on a real Redis, within d, logging its progress
+// and its table; it returns the report and the table.
+func runTiny(t *testing.T, d time.Duration, sections []string) (*Report, string) {
+	t.Helper()
 	var progress bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	rep, err := Run(ctx, Options{RedisURL: redistest.URL(t), N: 20, Rounds: 1, Progress: &progress})
+	rep, err := Run(ctx, Options{RedisURL: redistest.URL(t), N: 20, Rounds: 1, Sections: sections, Progress: &progress})
 	t.Log("progress:\n" + progress.String())
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -35,6 +32,18 @@ func TestHarnessTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("report:\n" + table.String())
+	return rep, table.String()
+}
+
+// TestHarnessTiny runs the whole harness at a tiny size, so that it cannot
+// rot: it asserts no speed, only that every figure was produced and is
+// positive, and that every task ended ok (Run fails otherwise). Without
+// root the worker runs with best-effort isolation.
+func TestHarnessTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real worker and baseline processes for ~30s; not with -short")
+	}
+	rep, table := runTiny(t, 5*time.Minute, nil)
 
 	m := rep.Machine
 	if m.Cores < 1 || m.Kernel == "" || m.Redis == "" || m.Isolation == "" || m.Tiers == nil {
@@ -102,7 +111,7 @@ func TestHarnessTiny(t *testing.T) {
 	if err := rep.WriteJSON(&js); err != nil || !json.Valid(js.Bytes()) {
 		t.Errorf("WriteJSON: %v", err)
 	}
-	if strings.Contains(table.String(), "NaN") || strings.Contains(table.String(), "Inf") {
+	if strings.Contains(table, "NaN") || strings.Contains(table, "Inf") {
 		t.Errorf("table holds NaN or Inf")
 	}
 }

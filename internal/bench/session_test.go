@@ -4,13 +4,10 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/airlock-run/airlock/internal/testkit/redistest"
 )
 
 // TestSessionSection runs the session section alone at a tiny size
@@ -22,19 +19,7 @@ func TestSessionSection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a real worker for a few seconds; not with -short")
 	}
-	var progress bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, Options{RedisURL: redistest.URL(t), N: 20, Rounds: 1, Sections: []string{SecSession}, Progress: &progress})
-	t.Log("progress:\n" + progress.String())
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	var table bytes.Buffer
-	if err := rep.WriteTable(&table); err != nil {
-		t.Fatal(err)
-	}
-	t.Log("report:\n" + table.String())
+	rep, table := runTiny(t, 2*time.Minute, []string{SecSession})
 
 	s := rep.Session
 	if s == nil || s.Sessions != 10 || s.Steps != sessionSteps || len(s.Paths) != 2 || len(s.Anchors) != len(SessionAnchors) {
@@ -76,7 +61,7 @@ func TestSessionSection(t *testing.T) {
 	}
 	for _, want := range []string{"Sessions, ms", "open → first step's answer p50", "HTTP API ≤ 10", "Go client ≤ 5",
 		"Daytona: create → first command, median: 110 ms", "E2B: create → first command, median: 440 ms", "ComputeSDK"} {
-		if !strings.Contains(table.String(), want) {
+		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q", want)
 		}
 	}
