@@ -22,7 +22,7 @@ import (
 // Store should not be quiet (Store.Quiet): an expiry is the run's event.
 type Sweeper struct {
 	Store    *Store
-	Client   *asynq.Client // where promotions are queued (EnqueueFor)
+	Client   *asynq.Client // where promotions are queued (Store.QueuePromotion)
 	Interval time.Duration // > 0
 	Log      zerolog.Logger
 
