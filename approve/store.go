@@ -158,6 +158,10 @@ func NewStore(rdb redis.UniversalClient, opts Options) *Store {
 // Prefix returns the store's key prefix.
 func (s *Store) Prefix() string { return s.prefix }
 
+// Now is the store's clock (Options.Now): the time its decisions are
+// stamped with, and what the sweeper measures their age by.
+func (s *Store) Now() time.Time { return s.now() }
+
 // Keys returns the keys of approval id: its hash, staged data and audit
 // stream, which share one cluster slot.
 func (s *Store) Keys(id string) []string {

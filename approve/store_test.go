@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/approve/approvetest"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/testclock"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -30,7 +31,7 @@ type clock struct {
 	t  time.Time
 }
 
-func newClock() *clock { return &clock{t: time.Date(2026, 12, 2, 14, 0, 0, 0, time.UTC)} }
+func newClock() *clock { return &clock{t: testclock.Epoch()} }
 
 func (c *clock) Now() time.Time {
 	c.mu.Lock()

@@ -75,7 +75,8 @@ func (s *Sweeper) Sweep(ctx context.Context) {
 	}
 	// Not those accepted in the last interval (see Sweeper): a promotion
 	// that a crash left undone is caught up one interval later.
-	ids, err := s.Store.ListAccepted(ctx, time.Now().Add(-s.Interval))
+	// Measured by the store's clock, the one that stamped the decisions.
+	ids, err := s.Store.ListAccepted(ctx, s.Store.Now().Add(-s.Interval))
 	if err != nil {
 		if ctx.Err() == nil {
 			s.Log.Warn().Err(err).Msg("approval sweeper: list accepted")

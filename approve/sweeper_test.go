@@ -18,7 +18,7 @@ import (
 func TestSweeper(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := newClock() // days before the wall clock: decisions are old
+	clk := newClock() // the store's and so the sweeper's: never the wall clock's
 	s, rdb, q := approvetest.Store(t, approve.Options{Now: clk.Now, TTL: time.Hour})
 	for _, id := range []string{"ap-sw-due", "ap-sw-old"} {
 		a, data := sample(id, q)
@@ -27,13 +27,12 @@ func TestSweeper(t *testing.T) {
 	if _, err := s.Accept(ctx, "ap-sw-old", "alice", ""); err != nil {
 		t.Fatal(err)
 	}
-	fresh := approve.NewStore(rdb, approve.Options{Prefix: s.Prefix()}) // decides at the wall clock
+	clk.Add(2 * time.Hour) // ap-sw-due is past its deadline, ap-sw-old's acceptance two hours old
 	a, data := sample("ap-sw-new", q)
-	park(t, fresh, a, data)
-	if _, err := fresh.Accept(ctx, "ap-sw-new", "bob", ""); err != nil {
+	park(t, s, a, data)
+	if _, err := s.Accept(ctx, "ap-sw-new", "bob", ""); err != nil {
 		t.Fatal(err)
 	}
-	clk.Add(2 * time.Hour) // ap-sw-due is past its deadline
 
 	sw := &approve.Sweeper{Store: s, Client: asynq.NewClientFromRedisClient(rdb), Interval: time.Hour, Log: zerolog.Nop()}
 	sw.Start(ctx)

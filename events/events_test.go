@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/testclock"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.uber.org/goleak"
@@ -30,7 +31,7 @@ func TestAppendFollow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := time.Date(2026, 12, 2, 15, 4, 5, 6, time.UTC)
+	at := testclock.Epoch().Add(4*time.Minute + 5*time.Second + 6)
 	want := []events.Event{
 		{RunID: run, TaskID: "t1", State: "parked", Verdict: "ok", ApprovalID: "ap-1", Principal: "agent@corp", Time: at},
 		{RunID: run, TaskID: "t1", State: "promoted", Verdict: "ok", ApprovalID: "ap-1", Time: at.Add(time.Second)},

@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-run/airlock/approve/approvetest"
 	"github.com/airlock-run/airlock/internal/testkit/logtest"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/testclock"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -57,8 +58,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// now is the clock of the command in tests.
-var now = time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+// now is the clock of the command in tests: testclock's epoch, which
+// .ci/run shifts a year each way to find fixtures that meet the real clock.
+var now = testclock.Epoch()
 
 // result is what a run of the command gave.
 type result struct {
@@ -188,6 +190,8 @@ func golden(t *testing.T, name, got string) {
 	if err != nil {
 		t.Fatalf("%v (run go test -update to write it)", err)
 	}
+	// Printed instants are the epoch's: moved back by the clock's shift.
+	got = testclock.Unshift(got)
 	if diff := cmp.Diff(string(want), got); diff != "" {
 		t.Errorf("%s (-want +got):\n%s", path, diff)
 	}
@@ -272,6 +276,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"accept", "-by=erin", "--", "ap-2c3d4e5f6071"}, 0, "accepted ap-2c3d4e5f6071; promotion queued\n", ""},
 	} {
 		got := approveCmd(t, prefix, tc.args...)
+		got.Stdout, got.Stderr = testclock.Unshift(got.Stdout), testclock.Unshift(got.Stderr)
 		if got.Code != tc.code || (tc.stdout != "" && !strings.HasPrefix(got.Stdout, tc.stdout)) || !strings.Contains(got.Stderr, tc.stderr) || strings.Count(got.Stderr, "\n") > 1 {
 			t.Errorf("approve %q: got %+v\nwant exit %d, stdout %q, stderr with %q", tc.args, got, tc.code, tc.stdout, tc.stderr)
 		}
@@ -343,9 +348,20 @@ func TestJSON(t *testing.T) {
 
 // TestAcceptProcesses races approve accept in processes of their own:
 // exactly one wins, the others are told who won.
+//
+// The binaries read the real clock, so the approval they race for is
+// parked at the real clock too: one parked at the fixtures' epoch would
+// expire, for them, 72 hours after that epoch.
 func TestAcceptProcesses(t *testing.T) {
 	t.Parallel()
-	prefix, q := fixture(t)
+	prefix, q := approvetest.Prefix(t)
+	st := approve.NewStore(redistest.Client(t), approve.Options{Prefix: prefix, Now: time.Now})
+	if _, created, err := st.Park(context.Background(), &approve.Approval{
+		ID: "ap-0a1b2c3d4e5f", TaskID: "t-race", RunID: "race", State: approve.StatePending,
+		CreatedAt: time.Now(), Reasons: []string{"approval: always"}, Run: approve.RunSummary{Queue: q},
+	}, nil); err != nil || !created {
+		t.Fatalf("Park: created %v, %v", created, err)
+	}
 	const n = 8
 	type outcome struct {
 		code   int
@@ -429,10 +445,10 @@ func TestWatch(t *testing.T) {
 	}
 	waitFor := func(suffix string) bool {
 		deadline := time.Now().Add(10 * time.Second)
-		for !strings.HasSuffix(stdout.String(), suffix) && time.Now().Before(deadline) {
+		for !strings.HasSuffix(testclock.Unshift(stdout.String()), suffix) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		return strings.HasSuffix(stdout.String(), suffix)
+		return strings.HasSuffix(testclock.Unshift(stdout.String()), suffix)
 	}
 	// Park sentinels until watch prints one: it then reads the stream.
 	for i := 0; ; i++ {
@@ -448,7 +464,7 @@ func TestWatch(t *testing.T) {
 	cancel()
 	select {
 	case code := <-done:
-		if code != 0 || !strings.HasSuffix(stdout.String(), want) || stderr.String() != "" {
+		if code != 0 || !strings.HasSuffix(testclock.Unshift(stdout.String()), want) || stderr.String() != "" {
 			t.Errorf("watch: exit %d, stdout %q, stderr %q; want 0 and %q", code, stdout.String(), stderr.String(), want)
 		}
 	case <-time.After(10 * time.Second):

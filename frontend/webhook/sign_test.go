@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
+	"github.com/airlock-run/airlock/internal/testkit/testclock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()...) }
@@ -34,6 +35,7 @@ func TestSignKnownAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// fixed date: the Standard Webhooks test vector, signed at its own timestamp
 	if got := Sign(key, specID, time.Unix(specTimestamp, 0), []byte(specPayload)); got != specSignature {
 		t.Errorf("Sign = %s, want %s", got, specSignature)
 	}
@@ -41,6 +43,7 @@ func TestSignKnownAnswer(t *testing.T) {
 	h.Set(HeaderID, specID)
 	h.Set(HeaderTimestamp, strconv.Itoa(specTimestamp))
 	h.Set(HeaderSignature, specSignature)
+	// fixed date: verified 30 s after the vector's timestamp, by the test's clock
 	if err := verify(key, h, []byte(specPayload), time.Minute, time.Unix(specTimestamp+30, 0)); err != nil {
 		t.Errorf("verify of the spec's vector: %v", err)
 	}
@@ -230,7 +233,7 @@ func TestRetryDelay(t *testing.T) {
 	if d := f(3, &statusError{code: 500}, nil); d != time.Millisecond {
 		t.Errorf("retry delay after a 500: %s", d)
 	}
-	now := time.Date(2026, 12, 2, 14, 0, 0, 0, time.UTC)
+	now := testclock.Epoch()
 	for in, want := range map[string]time.Duration{
 		"": 0, "120": 2 * time.Minute, "junk": 0, "99999999": maxRetryAfter,
 		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/airlock-run/airlock/internal/testkit/testclock"
 )
 
 // testLocal is what the fake host routes to itself: the loopback range,
@@ -128,7 +130,7 @@ func TestServersBeatEveryRule(t *testing.T) {
 func TestServersResolveAgain(t *testing.T) {
 	answers := [][]string{{"10.0.0.5"}, {"10.0.0.8"}}
 	calls := 0
-	now := time.Unix(1000, 0)
+	now := testclock.Epoch()
 	lookup := func(_ context.Context, _, host string) ([]netip.Addr, error) {
 		i := min(calls, len(answers)-1)
 		calls++
@@ -166,7 +168,7 @@ func TestServersResolveAgain(t *testing.T) {
 // its port.
 func TestServersTooManyAddresses(t *testing.T) {
 	n := 0
-	now := time.Unix(1000, 0)
+	now := testclock.Epoch()
 	lookup := func(context.Context, string, string) ([]netip.Addr, error) {
 		var out []netip.Addr
 		for range 100 {
