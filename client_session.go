@@ -195,9 +195,17 @@ func (s *Session) Close(ctx context.Context) (*record.Run, error) {
 
 // Delete ends the session at once, keeping nothing (a running step is
 // killed, an idle session ends within a second), and returns its record:
-// canceled, or how it ended if it had already.
+// canceled, or how it ended if it had already. The record names the
+// client's principal as the canceler (DeleteAs names another).
 func (s *Session) Delete(ctx context.Context) (*record.Run, error) {
-	rec, err := s.c.Cancel(ctx, s.queue, s.id)
+	return s.DeleteAs(ctx, s.c.opts.Principal)
+}
+
+// DeleteAs is Delete on behalf of by, whom the record's error names
+// ("canceled by BY while running"), as Client.CancelAs does for a run: a
+// front end passes the name of whoever asked (the HTTP API its token's).
+func (s *Session) DeleteAs(ctx context.Context, by string) (*record.Run, error) {
+	rec, err := s.c.CancelAs(ctx, by, s.queue, s.id)
 	if errors.Is(err, ErrFinal) {
 		return s.c.Status(ctx, s.queue, s.id)
 	}

@@ -120,6 +120,11 @@ func TestSessionCallByCall(t *testing.T) {
 	if rec.Decision == nil || rec.Attempt != 1 {
 		t.Errorf("decision %+v, attempt %d", rec.Decision, rec.Attempt)
 	}
+	// One step failed and the output is valid: the close's state and
+	// verdict (parked, ok), and the count of failed steps (docs/record.md).
+	if rec.Verdict != record.VerdictOK || rec.Session.StepsFailed != 1 {
+		t.Errorf("closed with one failed step: verdict %s, steps_failed %d; want ok and 1", rec.Verdict, rec.Session.StepsFailed)
+	}
 	// Over: a call is refused as ended.
 	if _, err := s.Run(ctx, sh("late", "true")); !errors.Is(err, airlock.ErrSessionEnded) {
 		t.Errorf("a call after the close: %v, want ErrSessionEnded", err)
@@ -151,7 +156,8 @@ func TestSessionIdleExpiryAndRoom(t *testing.T) {
 		t.Fatalf("a call after the idle timeout: %v, want ErrSessionEnded", err)
 	}
 	rec := b.wait(s.ID())
-	if rec.State != record.StateExpired || rec.Session == nil || rec.Session.Ended != "idle_timeout" {
+	if rec.State != record.StateExpired || rec.Session == nil || rec.Session.Ended != "idle_timeout" ||
+		rec.Error != "the session's idle timeout passed (no call for idle_timeout 1s)" {
 		t.Fatalf("idle session: %s, session %+v, error %q", rec.State, rec.Session, rec.Error)
 	}
 	// Its place is free again.

@@ -339,6 +339,10 @@ type Policy struct {
 	Max            Set      `json:"max"`
 	DefaultTimeout Duration `json:"default_timeout"`
 	MaxTimeout     Duration `json:"max_timeout"`
+	// DefaultSessionTimeout is the timeout (the whole life) of a session
+	// whose spec gives none; 0 means DefaultSessionTimeout. It is lowered
+	// to MaxTimeout (SessionTimeout).
+	DefaultSessionTimeout Duration `json:"default_session_timeout,omitempty"`
 	AllowNetwork   bool     `json:"allow_network"`
 	// MaxInputBytes is the default and the maximum size of a download of
 	// a spec's inputs; 0 means DefaultMaxInputBytes.
@@ -366,6 +370,21 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 	}
 	*p = Policy(q)
 	return nil
+}
+
+// DefaultSessionTimeout is a session's life when neither its spec nor the
+// operator (worker -session-timeout) says: long enough for an agent that
+// thinks for minutes between its calls.
+const DefaultSessionTimeout = Duration(30 * time.Minute)
+
+// SessionTimeout is the timeout of a session whose spec gives none: the
+// operator's default, or DefaultSessionTimeout, at most MaxTimeout.
+func (p Policy) SessionTimeout() Duration {
+	d := p.DefaultSessionTimeout
+	if d <= 0 {
+		d = DefaultSessionTimeout
+	}
+	return min(d, p.MaxTimeout)
 }
 
 // DefaultMaxRecordBytes is the bound of a run record's kept output when
@@ -424,6 +443,9 @@ func (p Policy) Check() error {
 	}
 	if p.MaxTimeout <= 0 || p.DefaultTimeout <= 0 || p.DefaultTimeout > p.MaxTimeout {
 		return &FieldError{Field: "timeout", Msg: fmt.Sprintf("default %s must be positive and at most the maximum %s", p.DefaultTimeout, p.MaxTimeout)}
+	}
+	if p.DefaultSessionTimeout < 0 {
+		return &FieldError{Field: "session_timeout", Msg: fmt.Sprintf("default %s must be positive (0: %s)", p.DefaultSessionTimeout, DefaultSessionTimeout)}
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ const (
 	StateAccepted  State = "accepted"  // accepted (by a human or the policy); its promotion is queued
 	StatePromoted  State = "promoted"  // the output is published in the store
 	StateRejected  State = "rejected"  // a human rejected the output
-	StateExpired   State = "expired"   // nobody decided before the approval expired, or a session outlived its timeout or idle_timeout
+	StateExpired   State = "expired"   // nobody decided before the approval expired, or a session passed its deadline (timeout) or idle_timeout
 	StateCanceled  State = "canceled"  // canceled (Client.Cancel, DELETE /v1/runs/{id}, asynq's cancel) or a session deleted: stopped, never retried, nothing kept
 )
 
@@ -282,6 +282,11 @@ type Session struct {
 	// worker failed, or the session was taken again after its worker
 	// stopped: never replayed).
 	Ended string `json:"ended"`
+	// StepsFailed counts its steps whose verdict is not ok. A failing
+	// step does not end a session (its caller saw the answer and chose
+	// the next call), so a closed session's state and verdict are its
+	// close's (docs/record.md), and this says what its steps did.
+	StepsFailed int `json:"steps_failed"`
 }
 
 // Egress is one connection a networked run's steps made through the

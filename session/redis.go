@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -58,7 +59,7 @@ func (c *Conn) Get(ctx context.Context, id string) (*Info, error) {
 		return nil, &Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("no session %s (never opened, or its record's retention passed)", id)}
 	}
 	in := &Info{ID: id, TaskID: m["task_id"], Queue: m["queue"], Principal: m["principal"], State: m["state"],
-		End: record.State(m["end"]), Worker: m["worker"]}
+		End: record.State(m["end"]), Why: m["why"], Worker: m["worker"]}
 	in.OpenedAt = micros(m["opened_at"])
 	in.ExpiresAt = micros(m["expires_at"])
 	in.SeenAt = micros(m["seen_at"])
@@ -119,7 +120,15 @@ func (c *Conn) notOpen(ctx context.Context, id, st string) error {
 	if err != nil {
 		return err
 	}
-	return &Error{Status: http.StatusGone, State: in.State, End: in.End, Msg: fmt.Sprintf("the session ended: %s", in.End)}
+	return &Error{Status: http.StatusGone, State: in.State, End: in.End, Msg: "the session ended: " + in.ended()}
+}
+
+// ended says how a session ended: its run's state, and why when known.
+func (in *Info) ended() string {
+	if in.Why == "" {
+		return string(in.End)
+	}
+	return fmt.Sprintf("%s (%s)", in.End, in.Why)
 }
 
 // await waits for the answer to call callID, in slices of at most
@@ -147,10 +156,10 @@ func (c *Conn) await(ctx context.Context, id, callID string, wait time.Duration)
 		}
 		switch {
 		case in.State == StateEnded:
-			return nil, &Error{Status: http.StatusGone, State: in.State, End: in.End, Msg: fmt.Sprintf("the session ended (%s) before it answered", in.End)}
+			return nil, &Error{Status: http.StatusGone, State: in.State, End: in.End, Msg: fmt.Sprintf("the session ended before it answered: %s", in.ended())}
 		case in.State == StateOpen && !in.SeenAt.IsZero() && time.Since(in.SeenAt) > DeadAfter:
 			msg := fmt.Sprintf("the worker holding the session (%s) stopped answering %s ago: the session failed, and is never replayed", in.Worker, time.Since(in.SeenAt).Round(time.Second))
-			if err := c.End(ctx, id, record.StateFailed, time.Hour); err != nil {
+			if err := c.End(ctx, id, record.StateFailed, msg, time.Hour); err != nil {
 				return nil, err
 			}
 			return nil, &Error{Status: http.StatusGone, State: StateEnded, End: record.StateFailed, Msg: msg}
@@ -255,13 +264,13 @@ func (c *Conn) Answer(ctx context.Context, id, callID string, a *Answer) error {
 	return err
 }
 
-// End marks session id ended as end (the run's state) and answers the
-// calls nobody will take (410); the state hash stays ttl, for callers to
-// learn how it ended.
-func (c *Conn) End(ctx context.Context, id string, end record.State, ttl time.Duration) error {
+// End marks session id ended as end (the run's state), why saying how in
+// words, and answers the calls nobody will take (410); the state hash
+// stays ttl, for callers to learn how it ended.
+func (c *Conn) End(ctx context.Context, id string, end record.State, why string, ttl time.Duration) error {
 	key := c.stateKey(id)
 	p := c.rdb.TxPipeline()
-	p.HSet(ctx, key, "state", StateEnded, "end", string(end))
+	p.HSet(ctx, key, "state", StateEnded, "end", string(end), "why", bounded(why))
 	p.Expire(ctx, key, ttl)
 	left := p.LRange(ctx, c.callsKey(id), 0, 99)
 	p.Del(ctx, c.callsKey(id))
@@ -271,9 +280,25 @@ func (c *Conn) End(ctx context.Context, id string, end record.State, ttl time.Du
 	for _, raw := range left.Val() {
 		var call Call
 		if json.Unmarshal([]byte(raw), &call) == nil && call.ID != "" {
+			in := Info{End: end, Why: why}
 			_ = c.Answer(ctx, id, call.ID, &Answer{Status: http.StatusGone, State: StateEnded, End: end,
-				Error: fmt.Sprintf("the session ended (%s) before this call", end)})
+				Error: "the session ended before this call: " + in.ended()})
 		}
 	}
 	return nil
+}
+
+// maxWhy bounds the words End keeps of how a session ended.
+const maxWhy = 512
+
+// bounded is why cut to maxWhy bytes, on a rune boundary.
+func bounded(why string) string {
+	if len(why) <= maxWhy {
+		return why
+	}
+	cut := maxWhy
+	for cut > 0 && !utf8.RuneStart(why[cut]) {
+		cut--
+	}
+	return why[:cut] + "…"
 }

@@ -98,10 +98,14 @@ type Info struct {
 	Principal string       `json:"principal,omitempty"`
 	State     string       `json:"state"`
 	End       record.State `json:"end,omitempty"` // the run's state once ended
-	Worker    string       `json:"worker,omitempty"`
-	OpenedAt  time.Time    `json:"opened_at,omitzero"`
-	ExpiresAt time.Time    `json:"expires_at,omitzero"`
-	SeenAt    time.Time    `json:"seen_at,omitzero"` // the holder's last beat
+	// Why says how it ended, in words ("the session's idle timeout
+	// passed (…)", "closed", "canceled by agent while running"), once
+	// ended.
+	Why       string    `json:"why,omitempty"`
+	Worker    string    `json:"worker,omitempty"`
+	OpenedAt  time.Time `json:"opened_at,omitzero"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	SeenAt    time.Time `json:"seen_at,omitzero"` // the holder's last beat
 }
 
 // Error is a call that did not succeed, as its answer said (or as the

@@ -91,19 +91,21 @@ func TestCallsAndEnd(t *testing.T) {
 		res <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
-	if err := c.End(ctx, "s2", record.StateExpired, time.Minute); err != nil {
+	if err := c.End(ctx, "s2", record.StateExpired, "the session's idle timeout passed (no call for idle_timeout 1m0s)", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-res:
-		if !errors.As(err, &se) || se.Status != http.StatusGone || se.End != record.StateExpired {
+		if !errors.As(err, &se) || se.Status != http.StatusGone || se.End != record.StateExpired ||
+			!strings.Contains(se.Msg, "expired (the session's idle timeout passed (no call for idle_timeout 1m0s))") {
 			t.Errorf("a call left when the session ended: %v", err)
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("a call left when the session ended waited on")
 	}
-	if _, err := c.Call(ctx, "s2", session.Call{ID: "4", Op: session.OpStep}, time.Second); !errors.Is(err, session.ErrEnded) {
-		t.Errorf("call after the end: %v, want ErrEnded", err)
+	if _, err := c.Call(ctx, "s2", session.Call{ID: "4", Op: session.OpStep}, time.Second); !errors.Is(err, session.ErrEnded) ||
+		err.Error() != "session: the session ended: expired (the session's idle timeout passed (no call for idle_timeout 1m0s))" {
+		t.Errorf("call after the end: %v, want ErrEnded saying why", err)
 	}
 	// Too large a call never reaches Redis.
 	big := make([]byte, session.MaxCallBytes)
@@ -164,7 +166,7 @@ func TestQueuedCallsBounded(t *testing.T) {
 	if _, err := c.Call(ctx, "s4", session.Call{ID: "over", Op: session.OpStep}, time.Second); !errors.Is(err, session.ErrBusy) {
 		t.Errorf("a call past the bound: %v, want ErrBusy", err)
 	}
-	if err := c.End(ctx, "s4", record.StateExpired, time.Minute); err != nil {
+	if err := c.End(ctx, "s4", record.StateExpired, "the session's idle timeout passed (no call for idle_timeout 1m0s)", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	for range session.MaxQueuedCalls {

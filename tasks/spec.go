@@ -206,6 +206,9 @@ func (s *Spec) prepare(p limits.Policy) error {
 	}
 	if s.Timeout == 0 {
 		s.Timeout = p.DefaultTimeout
+		if s.Session != nil {
+			s.Timeout = p.SessionTimeout()
+		}
 	}
 	if s.Timeout > p.MaxTimeout {
 		return &FieldError{Field: "timeout", Msg: fmt.Sprintf("%s is above the worker's maximum %s", s.Timeout, p.MaxTimeout)}

@@ -813,6 +813,42 @@ func TestCloneCoversEveryField(t *testing.T) {
 	}
 }
 
+// TestSessionTimeoutDefault: a session's life is the spec's timeout, else
+// the operator's session default, else 30 minutes, never above the
+// operator's maximum; a one-shot run keeps the task default.
+func TestSessionTimeoutDefault(t *testing.T) {
+	minutes := func(d time.Duration) limits.Duration { return limits.Duration(d * time.Minute) }
+	for _, c := range []struct {
+		name          string
+		spec          string
+		def, max, got limits.Duration
+	}{
+		{"session, no timeout", `{"version":1,"session":{}}`, 0, minutes(30), minutes(30)},
+		{"session, the operator's default", `{"version":1,"session":{}}`, minutes(10), minutes(30), minutes(10)},
+		{"session, a maximum below 30m", `{"version":1,"session":{}}`, 0, minutes(20), minutes(20)},
+		{"session, its own timeout", `{"version":1,"timeout":"2m","session":{}}`, 0, minutes(30), minutes(2)},
+		{"one-shot run", `{"version":1,"steps":[{"run":["true"]}]}`, 0, minutes(30), limits.Duration(time.Minute)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := limits.DefaultPolicy()
+			p.DefaultSessionTimeout, p.MaxTimeout = c.def, c.max
+			s, err := tasks.Decode([]byte(c.spec))
+			if err == nil {
+				err = s.Prepare(p)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Timeout != c.got {
+				t.Errorf("timeout %s, want %s", s.Timeout, c.got)
+			}
+			if s.Session != nil && s.Session.IdleTimeout != minutes(5) && s.Timeout >= minutes(5) {
+				t.Errorf("idle_timeout %s, want 5m", s.Session.IdleTimeout)
+			}
+		})
+	}
+}
+
 func TestSessionSpec(t *testing.T) {
 	p := limits.DefaultPolicy()
 	for _, c := range []struct {
@@ -847,6 +883,9 @@ func TestSessionSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := tasks.Step{Run: []string{}}
+	if s.Timeout != limits.DefaultSessionTimeout || s.Session.IdleTimeout != tasks.DefaultIdleTimeout {
+		t.Errorf(`"session": {} lives %s, idle %s: want %s and %s`, s.Timeout, s.Session.IdleTimeout, limits.DefaultSessionTimeout, tasks.DefaultIdleTimeout)
+	}
 	var fe *tasks.FieldError
 	if err := s.CheckStep(&st, 3); !errors.As(err, &fe) || fe.Field != "step.run" {
 		t.Errorf("empty argv: %v, want step.run", err)

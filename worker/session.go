@@ -53,7 +53,7 @@ func (w *Worker) holdSession(ctx context.Context, j *job) *heldSession {
 		msg := fmt.Sprintf("this worker holds its -max-sessions %d sessions; try again later", w.cfg.MaxSessions)
 		rec.State, rec.Verdict, rec.Error, rec.Session.Ended = record.StateFailed, record.VerdictSessionLimit, msg, "session_limit"
 		_ = w.sessions.Answer(ctx, rec.TaskID, "open", &session.Answer{Status: http.StatusTooManyRequests, Error: msg, State: session.StateEnded, End: record.StateFailed})
-		_ = w.sessions.End(ctx, rec.TaskID, record.StateFailed, sessionStateTTL)
+		_ = w.sessions.End(ctx, rec.TaskID, record.StateFailed, msg, sessionStateTTL)
 		return nil
 	}
 	deadline := time.Now().Add(time.Duration(spec.Timeout))
@@ -101,7 +101,11 @@ func (w *Worker) endSession(ctx context.Context, rec *record.Run, h *heldSession
 		}
 		_ = w.sessions.Answer(ctx, rec.TaskID, "open", &session.Answer{Status: http.StatusGone, Error: msg, State: session.StateEnded, End: end})
 	}
-	if err := w.sessions.End(ctx, rec.TaskID, end, sessionStateTTL); err != nil {
+	why := rec.Error
+	if rec.Session != nil && rec.Session.Ended == "close" && why == "" {
+		why = "closed"
+	}
+	if err := w.sessions.End(ctx, rec.TaskID, end, why, sessionStateTTL); err != nil {
 		w.log.Error().Err(err).Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Msg("mark the session ended")
 	}
 }
@@ -149,9 +153,9 @@ func (w *Worker) serveSession(ctx context.Context, j *job, box *sandbox.Slot, ws
 		}
 		if call == nil {
 			r.state, r.verdict = record.StateExpired, record.VerdictTimeout
-			rec.Session.Ended, r.err = "idle_timeout", fmt.Sprintf("no call for idle_timeout %s", spec.Session.IdleTimeout)
+			rec.Session.Ended, r.err = "idle_timeout", idleExpired(spec)
 			if time.Until(deadline) <= 0 {
-				rec.Session.Ended, r.err = "timeout", fmt.Sprintf("the session's timeout %s passed", spec.Timeout)
+				rec.Session.Ended, r.err = "timeout", deadlineExpired(spec)
 			}
 			return r, false, nil
 		}
@@ -186,6 +190,29 @@ func (w *Worker) serveSession(ctx context.Context, j *job, box *sandbox.Slot, ws
 			answer(call.ID, &session.Answer{Status: http.StatusBadRequest, Field: "op", Error: fmt.Sprintf("%q is not a call (step, write, read, close)", call.Op)})
 		}
 	}
+}
+
+// The words of a session's end by time, in its record's error and in the
+// 410 its callers get after: its deadline (timeout, its whole life from
+// the open) or its idle timeout (the most time between two calls). Never
+// an approval's expiry: nobody was asked to decide.
+func deadlineExpired(spec *tasks.Spec) string {
+	return fmt.Sprintf("the session's deadline passed (timeout %s from its open)", spec.Timeout)
+}
+
+func idleExpired(spec *tasks.Spec) string {
+	return fmt.Sprintf("the session's idle timeout passed (no call for idle_timeout %s)", spec.Session.IdleTimeout)
+}
+
+// stepsFailed counts the steps whose verdict is not ok.
+func stepsFailed(steps []record.Step) int {
+	n := 0
+	for _, st := range steps {
+		if st.Verdict != record.VerdictOK {
+			n++
+		}
+	}
+	return n
 }
 
 // stepEvent appends a session step's "step" event (state active, the
@@ -242,7 +269,7 @@ func (w *Worker) sessionStep(ctx context.Context, j *job, box *sandbox.Slot, ws 
 	}
 	sr, res, err := w.runStep(ctx, j, box, ws, st, timeout, keep)
 	if sr.Verdict == record.VerdictTimeout && time.Until(deadline) <= 0 {
-		sr.Error = fmt.Sprintf("the session's timeout %s passed in this step", j.spec.Timeout)
+		sr.Error = deadlineExpired(j.spec) + " in this step"
 	}
 	a := &session.Answer{Status: http.StatusOK, Step: &sr}
 	if err != nil {

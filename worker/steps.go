@@ -94,6 +94,9 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 		steps, err = w.runSteps(ctx, j, box, ws, deadline)
 	}
 	rec.Steps = steps.records
+	if rec.Session != nil {
+		rec.Session.StepsFailed = stepsFailed(steps.records)
+	}
 	if err != nil {
 		return outcome{err: err}
 	}

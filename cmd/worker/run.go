@@ -40,25 +40,25 @@ import (
 
 // options are the worker's flags.
 type options struct {
-	redisURL, queues, root, limitsDefault, limitsMax, isolation string
-	uidRange, uidLockDir, logFormat, logLevel, devAddr          string
-	concurrency, maxPayload, maxSessions                        int
-	timeout, maxTimeout, checkInterval, shutdownTimeout, grace  time.Duration
-	idleWait                                                    time.Duration
-	allowNetwork, landlock, dev                                 bool
-	policyFile, storeDir, cgroupMode, storeGroup, prefix        string
-	actionsDir                                                  string
-	approvalTTL, sweepInterval                                  time.Duration
-	maxArtifacts                                                int
-	maxArtifactBytes, maxResultBytes, maxStaged                 string
-	maxPending, maxRecord                                       string
-	roBinds, fetchAllow, egressAllow                            stringList
-	egressMax                                                   string
-	egressMaxConns                                              int
-	egressIdle                                                  time.Duration
-	secretsDir, fetchMax                                        string
-	fetchTimeout                                                time.Duration
-	httpAddr                                                    string // -metrics-addr: health and metrics endpoints
+	redisURL, queues, root, limitsDefault, limitsMax, isolation                string
+	uidRange, uidLockDir, logFormat, logLevel, devAddr                         string
+	concurrency, maxPayload, maxSessions                                       int
+	timeout, maxTimeout, sessionTimeout, checkInterval, shutdownTimeout, grace time.Duration
+	idleWait                                                                   time.Duration
+	allowNetwork, landlock, dev                                                bool
+	policyFile, storeDir, cgroupMode, storeGroup, prefix                       string
+	actionsDir                                                                 string
+	approvalTTL, sweepInterval                                                 time.Duration
+	maxArtifacts                                                               int
+	maxArtifactBytes, maxResultBytes, maxStaged                                string
+	maxPending, maxRecord                                                      string
+	roBinds, fetchAllow, egressAllow                                           stringList
+	egressMax                                                                  string
+	egressMaxConns                                                             int
+	egressIdle                                                                 time.Duration
+	secretsDir, fetchMax                                                       string
+	fetchTimeout                                                               time.Duration
+	httpAddr                                                                   string // -metrics-addr: health and metrics endpoints
 }
 
 // stringList is a repeatable string flag.
@@ -96,6 +96,7 @@ flags:
 	fs.StringVar(&o.limitsMax, "max-limits", def.Max.String(), "maximum limits a spec may ask for: key=value,...")
 	fs.DurationVar(&o.timeout, "timeout", time.Duration(def.DefaultTimeout), "default task timeout")
 	fs.DurationVar(&o.maxTimeout, "max-timeout", time.Duration(def.MaxTimeout), "maximum task timeout a spec may ask for")
+	fs.DurationVar(&o.sessionTimeout, "session-timeout", time.Duration(limits.DefaultSessionTimeout), "default life of a session whose spec gives no timeout (lowered to -max-timeout)")
 	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let specs that ask for it (network: true) reach what -egress-allow opens, through the worker's HTTP proxy (never the host network)")
 	fs.Var(&o.egressAllow, "egress-allow", "IP, CIDR, HOST or *.domain a networked run may reach through the proxy (repeatable; nothing when none; refused ranges only by IP or CIDR)")
 	fs.StringVar(&o.egressMax, "egress-max-bytes", "256MiB", "bytes a networked run may move through the proxy, both ways, request heads included")
@@ -275,7 +276,8 @@ func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config
 		MaxInputBytes: fetchMax, MaxRecordBytes: recordMax,
 		Default: def.Merge(base.Default.Clamp(max)), Max: max,
 		DefaultTimeout: limits.Duration(min(o.timeout, o.maxTimeout)), MaxTimeout: limits.Duration(o.maxTimeout),
-		AllowNetwork: o.allowNetwork,
+		DefaultSessionTimeout: limits.Duration(min(o.sessionTimeout, o.maxTimeout)),
+		AllowNetwork:          o.allowNetwork,
 	}
 	queues, err := parseQueues(o.queues)
 	if err != nil {

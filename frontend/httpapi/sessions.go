@@ -203,7 +203,8 @@ func (h *Handler) closeSession(w http.ResponseWriter, r *http.Request) {
 // deleteSession serves DELETE /v1/sessions/{id}: ended at once, the run
 // record (canceled, or how it had ended).
 func (h *Handler) deleteSession(w http.ResponseWriter, r *http.Request) {
-	h.endSession(w, r, (*airlock.Session).Delete)
+	by := tokenOf(r).Name // the record names the token, as a cancel of a run does
+	h.endSession(w, r, func(s *airlock.Session, ctx context.Context) (*record.Run, error) { return s.DeleteAs(ctx, by) })
 }
 
 // endSession ends the request's session with end and answers its record.

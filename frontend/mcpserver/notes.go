@@ -21,6 +21,9 @@ func note(r *record.Run) string {
 	case airlock.StateRetry:
 		return "retry: an attempt failed on the worker's side (" + r.Error + "); it will be run again"
 	case record.StateCompleted:
+		if r.Session != nil {
+			return fmt.Sprintf("completed: the session was closed after %d steps, %d of them failed (each one's verdict is in steps); it has no output contract, so nothing is published", len(r.Steps), r.Session.StepsFailed)
+		}
 		return "completed: every step ended ok; the action has no output contract, so nothing is published (each step's stdout and stderr are in the record)"
 	case record.StateFailed:
 		msg := fmt.Sprintf("failed (verdict %s)", r.Verdict)
@@ -37,6 +40,9 @@ func note(r *record.Run) string {
 	case record.StateRejected:
 		return "rejected" + by(r) + ": nothing is published"
 	case record.StateExpired:
+		if r.Session != nil && r.ApprovalID == "" {
+			return "expired: " + r.Error + "; nothing is published"
+		}
 		return "expired: nobody decided before the approval expired; nothing is published"
 	case record.StateCanceled:
 		return "canceled: " + r.Error + "; it is not run again and nothing is published"
