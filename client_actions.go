@@ -53,10 +53,59 @@ func (c *Client) runBounds(ctx context.Context, spec *tasks.Spec, p limits.Polic
 			have = strings.Join(names, ", ")
 		}
 		return 0, 0, &tasks.FieldError{Field: "action", Msg: fmt.Sprintf("%q is not in the catalog the workers of queue %q published (they have: %s)", spec.Action, spec.Queue, have),
-			Hint: "an action is defined by the operator (worker -actions); list them with enqueue -list-actions or GET /v1/actions"}
+			Hint: clientHints.unknownAction()}
 	}
 	if err := info.CheckParams(spec.Params); err != nil {
+		if fe, ok := err.(*tasks.FieldError); ok && strings.HasPrefix(fe.Field, "params") {
+			fe.Hint = clientHints.Params
+		}
 		return 0, 0, err
 	}
 	return time.Duration(info.Timeout), info.MaxRetry, nil
+}
+
+// CatalogHints say where a front end's callers find the catalog of
+// actions, in the hints of the errors Client.Enqueue gives a call the
+// published catalog refuses: an action it lacks (field "action") or
+// params its schema refuses ("params", "params.NAME"). Client.Enqueue's
+// own name the Go API (Client.Actions); a front end gives its callers its
+// own with Rehint.
+type CatalogHints struct {
+	// Actions says where the actions are listed, e.g. "enqueue
+	// -list-actions lists them".
+	Actions string
+	// Params says where an action's params schema is, e.g. "enqueue
+	// -list-actions shows each action's params schema".
+	Params string
+}
+
+// clientHints are the hints of Client.Enqueue's own errors: the Go API.
+var clientHints = CatalogHints{
+	Actions: "Client.Actions(ctx, queue) lists them",
+	Params:  "Client.Actions(ctx, queue) returns each action's params schema",
+}
+
+// unknownAction is the hint of an action the catalog lacks.
+func (h CatalogHints) unknownAction() string {
+	return "an action is defined by the operator (worker -actions); " + h.Actions
+}
+
+// Rehint returns err, an error of Client.Enqueue, with the hint of a call
+// the catalog refused (the Go API's) replaced by h's. Any other error
+// is returned as it is.
+func (h CatalogHints) Rehint(err error) error {
+	fe, ok := err.(*tasks.FieldError)
+	if !ok {
+		return err
+	}
+	out := *fe
+	switch fe.Hint {
+	case clientHints.unknownAction():
+		out.Hint = h.unknownAction()
+	case clientHints.Params:
+		out.Hint = h.Params
+	default:
+		return err
+	}
+	return &out
 }

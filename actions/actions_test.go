@@ -3,6 +3,7 @@ package actions_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,6 +99,57 @@ func TestExpandRefusesBadParams(t *testing.T) {
 		if !errors.As(err, &fe) || fe.Field != c.field {
 			t.Errorf("%s: got %v, want an error on %s", c.params, err, c.field)
 		}
+	}
+}
+
+// TestParamsErrorListsEveryViolation: params that violate the schema get
+// one error listing every violation, each naming its field, a missing
+// required property first, bounded at actions.MaxParamsViolations; the
+// worker's check (Definition.CheckParams) and the enqueuer's (Info.CheckParams)
+// say the same.
+func TestParamsErrorListsEveryViolation(t *testing.T) {
+	d, err := parse(t, good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// extras are n properties the schema does not allow: a00, a01...
+	extras := func(n int) string {
+		props := make([]string, n)
+		for i := range props {
+			props[i] = fmt.Sprintf(`"a%02d": 0`, i)
+		}
+		return "{" + strings.Join(props, ", ") + "}"
+	}
+	// notAllowed lists the first n of them as the error does.
+	notAllowed := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, "; params: additional property a%02d is not allowed", i)
+		}
+		return b.String()
+	}
+	for _, c := range []struct{ name, params, field, err string }{
+		{"one", `{"day": "d", "n": 11}`, "params.n", "params.n: must be less than or equal to 10"},
+		{"missing", `{}`, "params", "params: day is required"},
+		{"missing first", `{"date": "2026-12-05"}`, "params",
+			"params: day is required; params: additional property date is not allowed"},
+		{"by path", `{"day": 5, "n": 11, "x": 1}`, "params",
+			"params: additional property x is not allowed; params.day: invalid type. Expected: string, given: integer; params.n: must be less than or equal to 10"},
+		{"bounded", extras(12), "params",
+			"params: day is required" + notAllowed(actions.MaxParamsViolations-1) + "; and 3 more"},
+		{"bounded by the validator too", extras(30), "params",
+			"params: day is required" + notAllowed(actions.MaxParamsViolations-1) + "; and at least 10 more"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, worker := d.CheckParams(json.RawMessage(c.params))
+			enqueuer := d.Info.CheckParams(json.RawMessage(c.params))
+			for _, err := range []error{worker, enqueuer} {
+				var fe *tasks.FieldError
+				if !errors.As(err, &fe) || fe.Field != c.field || err.Error() != c.err {
+					t.Errorf("%s:\n got %v\nwant %s (field %s)", c.params, err, c.err, c.field)
+				}
+			}
+		})
 	}
 }
 

@@ -156,7 +156,8 @@ func (d *Definition) checkRefs(t *tasks.Spec) error {
 
 // CheckParams checks params (a JSON object, or empty for {}) against the
 // action's schema. Errors are *tasks.FieldError naming "params" or the
-// offending member ("params.day").
+// offending member ("params.day"); one that violates the schema lists
+// every violation (paramsError).
 func (d *Definition) CheckParams(params json.RawMessage) (canonical []byte, vals map[string]string, err error) {
 	doc, err := validate(d.params, params)
 	if err != nil {
@@ -198,15 +199,41 @@ func validate(s *contract.Schema, params json.RawMessage) ([]byte, error) {
 		return nil, &tasks.FieldError{Field: "params", Msg: err.Error()}
 	}
 	if len(vs) > 0 {
-		v := vs[0]
-		msg := v.Message
-		if len(vs) > 1 {
-			msg += fmt.Sprintf(" (and %d more)", len(vs)-1)
-		}
-		return nil, &tasks.FieldError{Field: "params" + strings.ReplaceAll(v.Path, "/", "."), Msg: msg,
-			Hint: "GET /v1/actions (or enqueue -list-actions) shows the action's params schema"}
+		return nil, paramsError(vs)
 	}
 	return doc, nil
+}
+
+// MaxParamsViolations is how many violations a params error lists at
+// most; it says how many more there are.
+const MaxParamsViolations = 10
+
+// paramsError is the error of params that violate the schema: every
+// violation (at most MaxParamsViolations), each naming its field, a missing
+// required property first ("params: day is required; params: additional
+// property date is not allowed"). Its Field is the first one's.
+func paramsError(vs []contract.Violation) *tasks.FieldError {
+	missingFirst := slices.Clone(vs)
+	slices.SortStableFunc(missingFirst, contract.MissingFirst)
+	field := func(v contract.Violation) string { return "params" + strings.ReplaceAll(v.Path, "/", ".") }
+	listed := missingFirst[:min(len(missingFirst), MaxParamsViolations)]
+	msgs := make([]string, 0, len(listed)+1)
+	for i, v := range listed {
+		if i == 0 {
+			msgs = append(msgs, contract.Sentence(v))
+		} else {
+			msgs = append(msgs, field(v)+": "+contract.Sentence(v))
+		}
+	}
+	if more := len(vs) - len(listed); more > 0 {
+		// The schema's validation returns contract.MaxViolations at most.
+		atLeast := ""
+		if len(vs) >= contract.MaxViolations {
+			atLeast = "at least "
+		}
+		msgs = append(msgs, fmt.Sprintf("and %s%d more", atLeast, more))
+	}
+	return &tasks.FieldError{Field: field(listed[0]), Msg: strings.Join(msgs, "; ")}
 }
 
 // CheckParams checks params against the schema of the action i

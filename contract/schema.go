@@ -300,10 +300,11 @@ func decodeJSON(data []byte) (any, error) {
 // Validate validates doc, a JSON document, against the schema, in the
 // calling process and within the bounds of Checker (it is Check of a zero
 // Checker with no deadline). It returns no violation when doc is valid;
-// otherwise the first MaxViolations of them, sorted by Path then Message,
-// without duplicates. The error is for a doc that is not one JSON value
-// (ErrResultNotJSON), holds a number out of range (ErrNumber), or would
-// cost too much to validate (ErrTooCostly).
+// otherwise the first MaxViolations of them, sorted by Path (a missing
+// required property first) then Message, without duplicates. The error is
+// for a doc that is not one JSON value (ErrResultNotJSON), holds a number
+// out of range (ErrNumber), or would cost too much to validate
+// (ErrTooCostly).
 func (s *Schema) Validate(doc []byte) ([]Violation, error) {
 	if !json.Valid(doc) {
 		_, err := decodeJSON(doc)
@@ -319,14 +320,15 @@ func gojsonschemaLoader(v any) gojsonschema.JSONLoader { return gojsonschema.New
 // document, which is untrusted.
 const maxText = 1024
 
-// violations converts gojsonschema's errors, sorted and without duplicates.
+// violations converts gojsonschema's errors, sorted (by Path, a missing
+// required property first, then by Message) and without duplicates.
 func violations(errs []gojsonschema.ResultError, doc any) []Violation {
 	vs := make([]Violation, 0, len(errs))
 	for _, e := range errs {
 		vs = append(vs, Violation{Path: cut(pointer(e.Context(), doc)), Message: cut(e.Description())})
 	}
 	slices.SortFunc(vs, func(a, b Violation) int {
-		return cmp.Or(strings.Compare(a.Path, b.Path), strings.Compare(a.Message, b.Message))
+		return cmp.Or(strings.Compare(a.Path, b.Path), MissingFirst(a, b), strings.Compare(a.Message, b.Message))
 	})
 	return slices.Compact(vs)
 }

@@ -145,8 +145,8 @@ func TestActionCatalog(t *testing.T) {
 	// Unknown actions and bad params.
 	for _, c := range []struct{ action, params, field, worker string }{
 		{"nope", `{}`, "action", `"nope" is not in this worker's catalog`},
-		{csvreport.Name, `{"day": "yesterday"}`, "params.day", "params.day: Does not match pattern"},
-		{csvreport.Name, `{"day": "2026-12-05", "extra": 1}`, "params", "params: Additional property extra is not allowed"},
+		{csvreport.Name, `{"day": "yesterday"}`, "params.day", "params.day: does not match pattern"},
+		{csvreport.Name, `{"day": "2026-12-05", "extra": 1}`, "params", "params: additional property extra is not allowed"},
 	} {
 		if _, err := b.client.Enqueue(ctx, b.call(c.action, c.params)); !errors.As(err, &fe) || fe.Field != c.field {
 			t.Errorf("%s %s at enqueue: %v, want refused on %s", c.action, c.params, err, c.field)
@@ -247,5 +247,52 @@ func TestActionFrontDoors(t *testing.T) {
 	}
 	if e := call(t, cs, "note", `{"note": "x", "extra": 1}`, true); !strings.Contains(e.text(), "params") {
 		t.Errorf("bad params through MCP: %s", e.text())
+	}
+
+	// Params that violate the schema twice, through every front end: the
+	// error lists both, the missing property first, naming its field; its
+	// hint names what that front end's caller can do to see the schema.
+	const date = `{"date": "2026-12-05"}`
+	const both = "params: day is required; params: additional property date is not allowed"
+	for _, fe := range []struct {
+		name       string
+		call       func() (field, msg string)
+		field, msg string
+	}{
+		{"Go client", func() (string, string) {
+			_, err := b.client.Enqueue(context.Background(), b.call(csvreport.Name, date))
+			var fe *tasks.FieldError
+			if !errors.As(err, &fe) {
+				return "", fmt.Sprint(err)
+			}
+			return fe.Field, err.Error()
+		}, "params", both + " (Client.Actions(ctx, queue) returns each action's params schema)"},
+		{"enqueue", func() (string, string) {
+			_, stdout, _ := b.enqueueCLI("", "-json", "-queue", b.queue, "-action", csvreport.Name, "-params", date)
+			var e struct{ Error, Field string }
+			_ = json.Unmarshal([]byte(stdout), &e)
+			return e.Field, e.Error
+		}, "params", "spec rejected: " + both + " (enqueue -list-actions [-queue Q] shows each action's params schema)"},
+		{"HTTP API", func() (string, string) {
+			_, _, body := api.do("POST", "/v1/actions/"+csvreport.Name+"/runs", apiAgent, fmt.Sprintf(`{"params": %s, "queue": %q}`, date, b.queue), nil)
+			var p struct{ Field, Detail, Hint string }
+			_ = json.Unmarshal(body, &p)
+			if p.Hint != "GET /v1/actions?queue=Q shows each action's params schema" {
+				return p.Field, "hint " + p.Hint
+			}
+			return p.Field, p.Detail
+		}, "params", "spec rejected: " + both + " (GET /v1/actions?queue=Q shows each action's params schema)"},
+		{"MCP action tool", func() (string, string) {
+			e := call(t, cs, csvreport.Name, date, true).err(t)
+			return e.Field, e.Error
+		}, "params", "spec rejected: " + both + " (this tool's input schema in tools/list is the action's params schema)"},
+		{"MCP run_action", func() (string, string) {
+			e := call(t, cs, "run_action", fmt.Sprintf(`{"spec": {"version": 1, "action": %q, "params": %s}}`, csvreport.Name, date), true).err(t)
+			return e.Field, e.Error
+		}, "spec.params", "spec rejected: spec." + both + " (the action's own tool in tools/list has its params schema as input schema)"},
+	} {
+		if field, msg := fe.call(); field != fe.field || msg != fe.msg {
+			t.Errorf("%s: field %q, %q\nwant field %q, %q", fe.name, field, msg, fe.field, fe.msg)
+		}
 	}
 }

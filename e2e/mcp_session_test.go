@@ -5,6 +5,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,9 +30,19 @@ func TestMCPSession(t *testing.T) {
 	}
 	sid := opened.SessionID
 	var st record.Step
-	look := call(t, cs, "run_in_session", fmt.Sprintf(`{"session_id": %q, "name": "look", "run": ["head", "-1", "in/data.csv"]}`, sid), false)
-	if err := json.Unmarshal(look.raw, &st); err != nil || st.Verdict != record.VerdictOK || st.Stdout != "a,b\n" {
-		t.Fatalf("run_in_session: %s (%v)", look.raw, err)
+	// run as run_action's command: an argv, or a command line run with sh -c.
+	for _, c := range []struct {
+		name, run string
+		argv      []string
+		stdout    string
+	}{
+		{"look", `["head", "-1", "in/data.csv"]`, []string{"head", "-1", "in/data.csv"}, "a,b\n"},
+		{"look-line", `"head -1 in/data.csv | tr , ';'"`, []string{"sh", "-c", "head -1 in/data.csv | tr , ';'"}, "a;b\n"},
+	} {
+		look := call(t, cs, "run_in_session", fmt.Sprintf(`{"session_id": %q, "name": %q, "run": %s}`, sid, c.name, c.run), false)
+		if err := json.Unmarshal(look.raw, &st); err != nil || st.Verdict != record.VerdictOK || st.Stdout != c.stdout || !slices.Equal(st.Argv, c.argv) {
+			t.Fatalf("run_in_session %s: %s (%v)", c.run, look.raw, err)
+		}
 	}
 	call(t, cs, "write_file", fmt.Sprintf(`{"session_id": %q, "path": "in/column", "content": "2"}`, sid), false)
 	sum := call(t, cs, "run_in_session", fmt.Sprintf(`{"session_id": %q, "name": "sum",
@@ -44,8 +55,10 @@ func TestMCPSession(t *testing.T) {
 	if err := json.Unmarshal(read.raw, &file); err != nil || file.Content != `{"sum": 6}` || file.Encoding != "utf-8" {
 		t.Fatalf("read_file: %s (%v)", read.raw, err)
 	}
-	if e := call(t, cs, "run_in_session", fmt.Sprintf(`{"session_id": %q, "run": []}`, sid), true).err(t); e.Field != "run" {
-		t.Errorf("an empty run: %+v", e)
+	for _, run := range []string{`[]`, `""`, `5`, `"echo a\u0000b"`} {
+		if e := call(t, cs, "run_in_session", fmt.Sprintf(`{"session_id": %q, "run": %s}`, sid, run), true).err(t); e.Field != "run" {
+			t.Errorf("run %s: %+v, want an error naming run", run, e)
+		}
 	}
 	// Another principal's server does not reach this session.
 	other := mcpStdio(t, b, "-principal", "someone-else")
@@ -53,7 +66,7 @@ func TestMCPSession(t *testing.T) {
 		t.Errorf("another principal's call: %+v", e)
 	}
 	closed := call(t, cs, "close_session", fmt.Sprintf(`{"session_id": %q}`, sid), false).run(t)
-	if closed.Record == nil || closed.Record.State != record.StateParked || len(closed.Record.Steps) != 2 ||
+	if closed.Record == nil || closed.Record.State != record.StateParked || len(closed.Record.Steps) != 3 ||
 		closed.Record.Principal != "agent-mcp" || !strings.Contains(closed.Note, "cannot approve") {
 		t.Fatalf("close_session: %+v", closed)
 	}

@@ -213,7 +213,7 @@ func run(ctx context.Context, o options, stdin io.Reader, stdout, stderr io.Writ
 			spec.Queue = o.queue
 		}
 		if enq, err = c.Enqueue(ctx, spec); err != nil {
-			return err
+			return catalogHints.Rehint(err)
 		}
 		if enq.Duplicate && !o.json {
 			fmt.Fprintf(stderr, "enqueue: duplicate: idempotency_key %q matches task %s (run_id %s) in queue %q; nothing enqueued\n",
@@ -311,6 +311,13 @@ func (w *waitMode) Set(v string) error {
 		return fmt.Errorf("want -wait, -wait=final or -wait=false, got %q", v)
 	}
 	return nil
+}
+
+// catalogHints say, in the hints of a call the catalog refuses, how
+// enqueue's user sees the catalog.
+var catalogHints = airlock.CatalogHints{
+	Actions: "enqueue -list-actions [-queue Q] lists them",
+	Params:  "enqueue -list-actions [-queue Q] shows each action's params schema",
 }
 
 // printActions prints the catalog the workers of -queue published.

@@ -19,6 +19,8 @@ import (
 	"github.com/hibiken/asynq"
 	"go.uber.org/goleak"
 
+	"github.com/airlock-run/airlock/actions"
+	csvreport "github.com/airlock-run/airlock/examples/csv-report"
 	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/limits"
@@ -321,6 +323,44 @@ func TestJSONRejected(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(got.Stdout), &e); err != nil || got.Code != 2 || e.Field != "steps[0].tiemout" || e.Code != 2 || got.Stderr != "" {
 		t.Errorf("got %+v (%+v, %v), want exit 2 and a JSON error naming steps[0].tiemout", got, e, err)
+	}
+}
+
+// TestActionRejected: a call the published catalog refuses is an error
+// listing every violation of its params (a missing one first), or naming
+// the action, with a hint that names what enqueue's user can do.
+func TestActionRejected(t *testing.T) {
+	t.Parallel()
+	q := redistest.Queue(t)
+	def, err := csvreport.Action("http://127.0.0.1:1", limits.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := queuepolicy.PublishActions(context.Background(), redistest.Client(t), "", []string{q}, []actions.Info{def.Info}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args   []string
+		stdout string
+		stderr string
+	}{
+		{[]string{"-action", "csv-report", "-params", `{"date": "2026-12-05"}`}, "",
+			"enqueue: spec rejected: params: day is required; params: additional property date is not allowed " +
+				"(enqueue -list-actions [-queue Q] shows each action's params schema)\n"},
+		{[]string{"-action", "csv-report", "-params", `{"day": "yesterday"}`}, "",
+			"enqueue: spec rejected: params.day: does not match pattern '^[0-9]{4}-[0-9]{2}-[0-9]{2}$' " +
+				"(enqueue -list-actions [-queue Q] shows each action's params schema)\n"},
+		{[]string{"-action", "nope"}, "",
+			`enqueue: spec rejected: action: "nope" is not in the catalog the workers of queue "` + q + `" published (they have: csv-report) ` +
+				"(an action is defined by the operator (worker -actions); enqueue -list-actions [-queue Q] lists them)\n"},
+		{[]string{"-json", "-action", "csv-report", "-params", `{"date": "2026-12-05"}`},
+			`{"error":"spec rejected: params: day is required; params: additional property date is not allowed ` +
+				`(enqueue -list-actions [-queue Q] shows each action's params schema)","field":"params","code":2}` + "\n", ""},
+	} {
+		got := runArgs(t, "", append([]string{"-redis", redistest.URL(t), "-queue", q}, tc.args...)...)
+		if diff := cmp.Diff(result{Code: 2, Stdout: tc.stdout, Stderr: tc.stderr}, got); diff != "" {
+			t.Errorf("enqueue %q (-want +got):\n%s", tc.args, diff)
+		}
 	}
 }
 

@@ -128,6 +128,13 @@ func (h *Handler) decodeSpec(w http.ResponseWriter, r *http.Request, data []byte
 	return spec, true
 }
 
+// catalogHints say, in the hints of a call the catalog refuses, how the
+// API's client sees the catalog.
+var catalogHints = airlock.CatalogHints{
+	Actions: "GET /v1/actions?queue=Q lists them",
+	Params:  "GET /v1/actions?queue=Q shows each action's params schema",
+}
+
 // enqueueSpec admits a decoded spec for the request's token, enqueues it
 // and answers.
 func (h *Handler) enqueueSpec(w http.ResponseWriter, r *http.Request, spec *tasks.Spec) {
@@ -144,6 +151,7 @@ func (h *Handler) enqueueSpec(w http.ResponseWriter, r *http.Request, spec *task
 		spec.IdempotencyKey = key
 	}
 	e, err := h.client.Enqueue(r.Context(), spec)
+	err = catalogHints.Rehint(err)
 	if tasks.IsInvalid(err) && errors.As(err, &fe) {
 		if fe.Field == "idempotency_key" && r.Header.Get("Idempotency-Key") != "" {
 			fe = &tasks.FieldError{Field: "Idempotency-Key", Msg: fe.Msg, Hint: fe.Hint}

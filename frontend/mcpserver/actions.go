@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -104,6 +105,20 @@ func (a *actionTools) sync(ctx context.Context) {
 	}
 }
 
+// An agent sees the catalog through tools/list alone: the hints of a call
+// the catalog refuses name that, for an action's own tool (toolHints) and
+// for a call given to run_action as a spec (specHints).
+var (
+	toolHints = airlock.CatalogHints{
+		Actions: "tools/list lists them: each action is a tool of its own",
+		Params:  "this tool's input schema in tools/list is the action's params schema",
+	}
+	specHints = airlock.CatalogHints{
+		Actions: toolHints.Actions,
+		Params:  "the action's own tool in tools/list has its params schema as input schema",
+	}
+)
+
 // callAction is the tool of action name: its arguments are the call's
 // params.
 func (s *server) callAction(name string) toolFunc {
@@ -115,6 +130,7 @@ func (s *server) callAction(name string) toolFunc {
 		spec := &tasks.Spec{Version: tasks.Version, Action: name, Params: params, Queue: s.o.Queues[0], Principal: s.o.Principal}
 		e, err := s.c.Enqueue(ctx, spec)
 		if err != nil {
+			err = toolHints.Rehint(err)
 			if tasks.IsInvalid(err) {
 				return nil, reject(err)
 			}

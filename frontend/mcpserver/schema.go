@@ -36,9 +36,9 @@ type schemas struct {
 // schema by reference (the resource SpecSchemaURI); the simple form's
 // fields are short and loosely typed (files' and limits' names are the
 // spec's),
-// run_in_session's the spec's step fields (run, stdin, env; name and
-// timeout inline): the decoder holds every call to the whole spec
-// schema, naming the field it refuses.
+// run_in_session's the spec's step fields (stdin, env; name and timeout
+// inline) and run as run_action's command: the decoder holds every call
+// to the whole spec schema, naming the field it refuses.
 func buildSchemas() (schemas, error) {
 	var spec object
 	if err := json.Unmarshal(tasks.SpecSchema, &spec); err != nil {
@@ -107,14 +107,17 @@ func buildSchemas() (schemas, error) {
 	// pathNames holds the names of files to the spec's paths.
 	pathNames := part("definitions", "path")
 	delete(pathNames, "description")
-	command := object{
-		"description": `What to run, as the only step (named "command"): a string, run as ["sh", "-c", STRING], or an argv array. ` +
-			`No network; its stdout and stderr are in the run record.`,
-		"anyOf": []any{
-			object{"type": "string", "minLength": 1},
-			object{"type": "array", "minItems": 1, "items": object{"type": "string"}},
-		},
-		"examples": []any{"wc -l in/data.csv > out/count.txt", []any{"python3", "main.py"}},
+	// command is what a step runs, as run_action's command and
+	// run_in_session's run take it, described as d: a command line or an
+	// argv (argv turns either into the step's run).
+	command := func(d string) object {
+		return object{"description": d,
+			"anyOf": []any{
+				object{"type": "string", "minLength": 1, "description": `A command line, run as ["sh", "-c", LINE].`},
+				object{"type": "array", "minItems": 1, "items": object{"type": "string"}, "description": "An argv: the program, then its arguments; no shell."},
+			},
+			"examples": []any{"wc -l in/data.csv > out/count.txt", []any{"python3", "main.py"}},
+		}
 	}
 	full := object{"type": "boolean", "default": false,
 		"description": "true: the whole run record; false: compact (isolation as {mode, uid, off, uri}: its text is the resource at uri; empty fields left out)."}
@@ -124,7 +127,7 @@ func buildSchemas() (schemas, error) {
 		"additionalProperties": false,
 		"description":          "The simple form (command, files...) or a whole task spec as spec, not both; wait, wait_timeout and full go with either.",
 		"properties": object{
-			"command": command,
+			"command": command(`What to run, as the only step (named "command"): a string or an array. No network; its stdout and stderr are in the run record.`),
 			"files": object{"type": "object", "additionalProperties": object{"type": []any{"string", "object"}}, "propertyNames": pathNames,
 				"description": `{relative path: content} written into the workspace first: a string (UTF-8 text), or {"text" or "base64": ..., "mode": "0755"}.`},
 			"stdin":           object{"type": "string", "description": "Text fed on the command's standard input."},
@@ -167,7 +170,7 @@ func buildSchemas() (schemas, error) {
 	cancelRun := runArgs(object{"full": full})
 	sc := schemas{runAction: runAction, getRun: getRun, waitRun: waitRun, getResult: getResult, cancelRun: cancelRun,
 		specSchema: specSchema}
-	sessionSchemas(&sc, wholeSpec, step, duration, part("definitions", "name"), full)
+	sessionSchemas(&sc, wholeSpec, step, command, duration, part("definitions", "name"), full)
 	if len(missing) > 0 {
 		return schemas{}, fmt.Errorf("tasks.SpecSchema lacks %v", missing)
 	}

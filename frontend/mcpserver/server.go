@@ -388,6 +388,7 @@ func (s *server) runAction(ctx context.Context, req *mcp.CallToolRequest) (any, 
 	spec.Principal = s.o.Principal
 	e, err := s.c.Enqueue(ctx, spec)
 	if err != nil {
+		err = specHints.Rehint(err)
 		if tasks.IsInvalid(err) {
 			if isSpec {
 				return nil, specFieldError(err)

@@ -390,6 +390,59 @@ func TestWaitTimesOutWithProgress(t *testing.T) {
 	}
 }
 
+// TestCommandForms: run_action's command and run_in_session's run take a
+// command line (run with sh -c) or an argv, as their input schemas say;
+// anything else is refused naming the argument.
+func TestCommandForms(t *testing.T) {
+	sc, err := buildSchemas()
+	if err != nil {
+		t.Fatal(err)
+	}
+	compile := func(in object) *gojsonschema.Schema {
+		s, err := gojsonschema.NewSchemaLoader().Compile(gojsonschema.NewGoLoader(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	tools := []struct {
+		name, field string
+		schema      *gojsonschema.Schema
+		args        func(command string) string
+	}{
+		{ToolRunAction, "command", compile(sc.runAction), func(c string) string { return `{"command": ` + c + `}` }},
+		{ToolRunInSession, "run", compile(sc.runInSession), func(c string) string { return `{"session_id": "s", "run": ` + c + `}` }},
+	}
+	for _, tc := range []struct {
+		command string
+		argv    []string // nil: refused
+		err     string
+	}{
+		{`"wc -l in/a | sort"`, []string{"sh", "-c", "wc -l in/a | sort"}, ""},
+		{`["wc", "-l", "in/a"]`, []string{"wc", "-l", "in/a"}, ""},
+		{`""`, nil, `empty (e.g. "wc -l in/data.csv" or ["python3", "main.py"])`},
+		{`5`, nil, "want a string (run with sh -c) or an array of strings (argv)"},
+		{`{"run": "x"}`, nil, "want a string (run with sh -c) or an array of strings (argv)"},
+	} {
+		for _, tool := range tools {
+			res, err := tool.schema.Validate(gojsonschema.NewStringLoader(tool.args(tc.command)))
+			if err != nil || res.Valid() != (tc.argv != nil) {
+				t.Errorf("%s %s: valid by its input schema %v (%v), want %v", tool.name, tc.command, res.Valid(), err, tc.argv != nil)
+			}
+			got, err := argv(tool.field, json.RawMessage(tc.command))
+			var run []string
+			_ = json.Unmarshal(got, &run)
+			var fe *tasks.FieldError
+			switch {
+			case tc.argv != nil && (err != nil || !slices.Equal(run, tc.argv)):
+				t.Errorf("argv(%s, %s) = %s, %v; want %q", tool.field, tc.command, got, err, tc.argv)
+			case tc.argv == nil && (!errors.As(err, &fe) || fe.Field != tool.field || fe.Error() != tool.field+": "+tc.err):
+				t.Errorf("argv(%s, %s): %v, want %s: %s", tool.field, tc.command, err, tool.field, tc.err)
+			}
+		}
+	}
+}
+
 func TestSimpleField(t *testing.T) {
 	for in, want := range map[string]string{
 		"steps[0].run":         "command",

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -34,8 +35,9 @@ const (
 
 // sessionSchemas adds the session tools' input schemas to sc: open_session
 // takes a whole spec (wholeSpec: by reference), run_in_session a step's
-// fields (step; its name and timeout inline: name, duration).
-func sessionSchemas(sc *schemas, wholeSpec func(string) object, step func(string) object,
+// fields (step; its run as run_action's command, its name and timeout
+// inline: name, duration).
+func sessionSchemas(sc *schemas, wholeSpec func(string) object, step, command func(string) object,
 	duration func(string) object, name, full object) {
 	strict := func(required []string, props object) object {
 		return object{"$schema": draft07, "type": "object", "additionalProperties": false,
@@ -45,11 +47,11 @@ func sessionSchemas(sc *schemas, wholeSpec func(string) object, step func(string
 	path := object{"type": "string", "minLength": 1, "maxLength": 1024,
 		"description": "A path in the session's workspace, relative and clean (e.g. in/data.csv, out/report.json)."}
 	sc.openSession = strict([]string{"spec"}, object{"spec": wholeSpec("A whole task spec v1 with a session block ({} takes the defaults: idle_timeout 5m): " +
-		"files, inputs, secrets, limits, network, the output contract, timeout (the session's whole life). steps are optional: they run before the open answers."),
+		"files, inputs, secrets, limits, network, the output contract, timeout (the session's whole life; default 30m, or the worker's -session-timeout). steps are optional: they run before the open answers."),
 		"full": full})
 	name["description"] = "The step's name: " + fmt.Sprint(name["description"]) + " Default: step-N."
 	sc.runInSession = strict([]string{"session_id", "run"}, object{
-		"session_id": sid, "run": step("run"), "name": name, "stdin": step("stdin"), "env": step("env"),
+		"session_id": sid, "run": command("What to run in the session's workspace: a string or an array, as run_action's command."), "name": name, "stdin": step("stdin"), "env": step("env"),
 		"timeout": duration("Deadline of this step (Go duration, e.g. 30s), at most the session's. Default: the session's remaining time."),
 		"full":    full})
 	sc.writeFile = strict([]string{"session_id", "path", "content"}, object{
@@ -85,7 +87,8 @@ func (s *server) addSessionTools(srv *mcp.Server, sc schemas) {
 	srv.AddTool(&mcp.Tool{
 		Name:  ToolRunInSession,
 		Title: "Run a step in a session",
-		Description: "Run one command in the session's workspace (argv in run, e.g. [\"sh\", \"-c\", \"head -3 in/data.csv\"]) and return its record: " +
+		Description: "Run one command in the session's workspace and return its record (run: a command line such as \"head -3 in/data.csv\", run with sh -c, " +
+			"or an argv array such as [\"head\", \"-3\", \"in/data.csv\"], as run_action's command): " +
 			"exit_code, verdict (ok, exit, timeout...), stdout and stderr (empty ones left out unless full: true), timings. A failing step does not end the session.",
 		InputSchema:  sc.runInSession,
 		OutputSchema: sc.out[ToolRunInSession],
@@ -188,7 +191,14 @@ func (s *server) runInSession(ctx context.Context, req *mcp.CallToolRequest) (an
 		arg{"stdin", &st.Stdin}, arg{"env", &env}, arg{"timeout", &timeout}, arg{"full", &full}); err != nil {
 		return nil, err
 	}
-	step := map[string]json.RawMessage{"run": run}
+	if len(run) == 0 {
+		return nil, &tasks.FieldError{Field: "run", Msg: "missing", Hint: `a command line such as "head -3 in/data.csv" (run with sh -c), or an argv array`}
+	}
+	runArgv, err := argv("run", run)
+	if err != nil {
+		return nil, err
+	}
+	step := map[string]json.RawMessage{"run": runArgv}
 	if len(env) > 0 {
 		step["env"] = env
 	}
@@ -205,9 +215,22 @@ func (s *server) runInSession(ctx context.Context, req *mcp.CallToolRequest) (an
 	}
 	rs, err := sess.Run(ctx, st)
 	if err != nil {
-		return nil, err
+		return nil, lineError(err, isLine(run))
 	}
 	return answerStep(rs, full), nil
+}
+
+// lineError names run, not one of its items, in a session's error about
+// a step whose run was a command line: the items are sh -c's
+// (step.run[2] is the line).
+func lineError(err error, line bool) error {
+	var se *session.Error
+	if !line || !errors.As(err, &se) || !strings.HasPrefix(se.Field, "step.run[") {
+		return err
+	}
+	out := *se
+	out.Field = "step.run"
+	return &out
 }
 
 // fileOut is write_file's and read_file's answer.

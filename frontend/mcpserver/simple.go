@@ -54,18 +54,11 @@ func (f *simpleForm) spec() (*tasks.Spec, error) {
 		return nil, &tasks.FieldError{Field: "command", Msg: "missing",
 			Hint: `give "command" (a string run with sh -c, or an argv array) and "files", or a whole task spec as "spec"`}
 	}
-	run := f.Command
-	commandIsString := f.commandIsString()
-	if commandIsString {
-		var s string
-		_ = json.Unmarshal(f.Command, &s)
-		if s == "" {
-			return nil, &tasks.FieldError{Field: "command", Msg: "empty", Hint: `e.g. "wc -l in/data.csv" or ["python3", "main.py"]`}
-		}
-		run, _ = json.Marshal([]string{"sh", "-c", s})
-	} else if !bytes.HasPrefix(bytes.TrimSpace(f.Command), []byte("[")) {
-		return nil, &tasks.FieldError{Field: "command", Msg: "want a string (run with sh -c) or an array of strings (argv)"}
+	run, err := argv("command", f.Command)
+	if err != nil {
+		return nil, err
 	}
+	commandIsString := f.commandIsString()
 	step := map[string]json.RawMessage{"name": json.RawMessage(`"command"`), "run": run}
 	set := func(m map[string]json.RawMessage, k string, v json.RawMessage) {
 		if len(v) > 0 {
@@ -104,9 +97,31 @@ func (f *simpleForm) spec() (*tasks.Spec, error) {
 }
 
 // commandIsString reports whether command is a string (run with sh -c).
-func (f *simpleForm) commandIsString() bool {
-	var s string
-	return json.Unmarshal(f.Command, &s) == nil
+func (f *simpleForm) commandIsString() bool { return isLine(f.Command) }
+
+// argv returns the argv of a command as run_action's command and
+// run_in_session's run take it (field names which): a string is a
+// command line, run as ["sh", "-c", LINE]; an array is the argv itself,
+// its items checked by the step's decoder.
+func argv(field string, command json.RawMessage) (json.RawMessage, error) {
+	var line string
+	if json.Unmarshal(command, &line) == nil {
+		if line == "" {
+			return nil, &tasks.FieldError{Field: field, Msg: "empty", Hint: `e.g. "wc -l in/data.csv" or ["python3", "main.py"]`}
+		}
+		return json.Marshal([]string{"sh", "-c", line})
+	}
+	if !bytes.HasPrefix(bytes.TrimSpace(command), []byte("[")) {
+		return nil, &tasks.FieldError{Field: field, Msg: "want a string (run with sh -c) or an array of strings (argv)"}
+	}
+	return command, nil
+}
+
+// isLine reports whether a command is a string: a command line, run with
+// sh -c.
+func isLine(command json.RawMessage) bool {
+	var line string
+	return json.Unmarshal(command, &line) == nil
 }
 
 // simpleFieldError renames the field of a spec's *tasks.FieldError to the
