@@ -18,6 +18,10 @@ import (
 // promote task (those accepted at least one interval ago: a policy's
 // acceptance is promoted inline by the worker that made it, within
 // milliseconds, and queuing a promotion for it too would only race it).
+// It also drops the index entries of approvals Redis has deleted
+// (Retention): at its first sweep, then once a minute (pruneInterval), and at
+// every sweep while the last one found entries to drop. An idle sweep
+// costs Redis two reads.
 //
 // Store should not be quiet (Store.Quiet): an expiry is the run's event.
 type Sweeper struct {
@@ -29,6 +33,35 @@ type Sweeper struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+
+	// skip is how many sweeps go before the next prune of the indexes
+	// (0: this one prunes, as the first does).
+	skip int
+}
+
+// pruneInterval is how often a Sweeper prunes the indexes of approvals
+// while there is nothing to prune (every pruneInterval/Interval sweeps,
+// rounded up): four reads (ZRANGE) that an idle worker would otherwise
+// send at every sweep. Index entries of deleted approvals are only
+// skipped by readers meanwhile.
+const pruneInterval = time.Minute
+
+// pruneDue reports whether this sweep prunes the indexes, and counts it.
+func (s *Sweeper) pruneDue() bool {
+	if s.skip > 0 {
+		s.skip--
+		return false
+	}
+	return true
+}
+
+// pruned sets when the next prune comes: at the next sweep when this one
+// dropped entries (there may be more) or failed, else pruneInterval on.
+func (s *Sweeper) pruned(dropped int, err error) {
+	s.skip = 0
+	if dropped == 0 && err == nil && s.Interval > 0 {
+		s.skip = max(1, int((pruneInterval+s.Interval-1)/s.Interval)) - 1
+	}
 }
 
 // Start sweeps at once, then every Interval, in a goroutine of its own,
@@ -64,14 +97,22 @@ func (s *Sweeper) Stop() {
 }
 
 // Sweep is one sweep: the expiry of pending approvals past their
-// deadline, then the catch-up of promotions. Failures are logged (and
-// not when ctx ended); the next sweep tries again.
+// deadline, the pruning of the indexes when it is due, then the catch-up
+// of promotions. Failures are logged (and not when ctx ended); the next
+// sweep tries again. Sweeps of one Sweeper must not run concurrently.
 func (s *Sweeper) Sweep(ctx context.Context) {
-	n, err := s.Store.ExpireDue(ctx)
+	n, err := s.Store.expireDue(ctx)
 	if err != nil && ctx.Err() == nil {
 		s.Log.Warn().Err(err).Msg("approval sweeper: expire")
 	} else if n > 0 {
 		s.Log.Info().Int("expired", n).Msg("approval sweeper: expired pending approvals")
+	}
+	if err == nil && s.pruneDue() {
+		dropped, err := s.Store.pruneIndexes(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.Log.Warn().Err(err).Msg("approval sweeper: prune the indexes")
+		}
+		s.pruned(dropped, err)
 	}
 	// Not those accepted in the last interval (see Sweeper): a promotion
 	// that a crash left undone is caught up one interval later.

@@ -429,8 +429,18 @@ const expireBatch = 100
 // ExpireDue expires every pending approval whose ExpiresAt has passed,
 // dropping its staged bytes, and returns how many it expired. It is the
 // sweeper's step; it also drops index entries of approvals Redis has
-// deleted (Retention).
+// deleted (Retention), as pruneIndexes does.
 func (s *Store) ExpireDue(ctx context.Context) (int, error) {
+	n, err := s.expireDue(ctx)
+	if err != nil {
+		return n, err
+	}
+	_, err = s.pruneIndexes(ctx)
+	return n, err
+}
+
+// expireDue is ExpireDue without the pruning of the indexes.
+func (s *Store) expireDue(ctx context.Context) (int, error) {
 	now := s.now()
 	n := 0
 	for {
@@ -480,8 +490,22 @@ func (s *Store) ExpireDue(ctx context.Context) (int, error) {
 			return n, fmt.Errorf("approve: expire: updating the indexes: %w", err)
 		}
 	}
+	return n, nil
+}
+
+// pruneBatch is how many of the oldest entries of each index one prune
+// looks at.
+const pruneBatch = 100
+
+// pruneIndexes drops, among the pruneBatch oldest entries of each index
+// of decided approvals (and of all), those whose approval Redis has
+// deleted (Retention), and returns how many it dropped.
+func (s *Store) pruneIndexes(ctx context.Context) (int, error) {
+	n := 0
 	for _, idx := range []string{idxAll, idxAccepted, idxRejected, idxExpired} {
-		if err := s.prune(ctx, s.index(idx), 100); err != nil {
+		k, err := s.prune(ctx, s.index(idx), pruneBatch)
+		n += k
+		if err != nil {
 			return n, err
 		}
 	}
@@ -489,11 +513,11 @@ func (s *Store) ExpireDue(ctx context.Context) (int, error) {
 }
 
 // prune drops, among the count oldest entries of index key, those whose
-// approval Redis has deleted.
-func (s *Store) prune(ctx context.Context, key string, count int64) error {
+// approval Redis has deleted, and returns how many.
+func (s *Store) prune(ctx context.Context, key string, count int64) (int, error) {
 	ids, err := s.rdb.ZRange(ctx, key, 0, count-1).Result()
 	if err != nil || len(ids) == 0 {
-		return err
+		return 0, err
 	}
 	exists := make([]*redis.IntCmd, len(ids))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -502,7 +526,7 @@ func (s *Store) prune(ctx context.Context, key string, count int64) error {
 		}
 		return nil
 	}); err != nil {
-		return fmt.Errorf("approve: pruning %s: %w", key, err)
+		return 0, fmt.Errorf("approve: pruning %s: %w", key, err)
 	}
 	var gone []any
 	for i, c := range exists {
@@ -511,7 +535,9 @@ func (s *Store) prune(ctx context.Context, key string, count int64) error {
 		}
 	}
 	if len(gone) > 0 {
-		return s.rdb.ZRem(ctx, key, gone...).Err()
+		if err := s.rdb.ZRem(ctx, key, gone...).Err(); err != nil {
+			return 0, err
+		}
 	}
-	return nil
+	return len(gone), nil
 }

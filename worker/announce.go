@@ -11,6 +11,13 @@ import (
 	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
 )
 
+// announcePruneEvery is how many refreshes of the worker's announcement
+// go from one removal of other workers' stale entries to the next: once
+// a minute. The refreshes between write the entry only
+// (queuepolicy.Refresh), two commands per queue instead of three; readers
+// skip stale entries meanwhile.
+const announcePruneEvery = max(1, int(time.Minute/queuepolicy.AnnounceInterval))
+
 // announce says, for each of queues, that this worker serves it and where
 // it publishes promoted outputs (queuepolicy.Announce), then says it again
 // every queuepolicy.AnnounceInterval until ctx ends: enqueuers tell from
@@ -32,12 +39,16 @@ func (w *Worker) announce(ctx context.Context, queues []string) (withdraw func()
 		defer close(done)
 		t := time.NewTicker(queuepolicy.AnnounceInterval)
 		defer t.Stop()
-		for {
+		for n := 1; ; n++ {
 			select {
 			case <-actx.Done():
 				return
 			case now := <-t.C:
-				if err := queuepolicy.Announce(actx, w.cfg.Redis, w.cfg.Prefix, queues, a, now); err != nil && actx.Err() == nil {
+				refresh := queuepolicy.Refresh
+				if n%announcePruneEvery == 0 {
+					refresh = queuepolicy.Announce
+				}
+				if err := refresh(actx, w.cfg.Redis, w.cfg.Prefix, queues, a, now); err != nil && actx.Err() == nil {
 					w.log.Warn().Err(err).Msg("refreshing the worker's announcement (enqueuers warn that no worker serves its queues once it is stale)")
 				}
 			}

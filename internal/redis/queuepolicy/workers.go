@@ -57,6 +57,18 @@ type Announcement struct {
 // (per node on a Cluster, where the keys are in different slots), one more
 // to prune when an entry is stale.
 func Announce(ctx context.Context, rdb redis.UniversalClient, prefix string, queues []string, a Announcement, now time.Time) error {
+	return announce(ctx, rdb, prefix, queues, a, now, true)
+}
+
+// Refresh is Announce without the removal of stale entries: one round
+// trip of two writes per queue (HSET, PEXPIRE), no read. Readers skip
+// stale entries (LoadWorkers): a worker refreshes its entry with Refresh
+// and prunes with Announce now and then.
+func Refresh(ctx context.Context, rdb redis.UniversalClient, prefix string, queues []string, a Announcement, now time.Time) error {
+	return announce(ctx, rdb, prefix, queues, a, now, false)
+}
+
+func announce(ctx context.Context, rdb redis.UniversalClient, prefix string, queues []string, a Announcement, now time.Time, prune bool) error {
 	if a.Worker == "" {
 		return fmt.Errorf("queuepolicy: an announcement without the worker's name")
 	}
@@ -74,12 +86,17 @@ func Announce(ctx context.Context, rdb redis.UniversalClient, prefix string, que
 			k := WorkersKey(prefix, q)
 			pipe.HSet(ctx, k, a.Worker, b)
 			pipe.PExpire(ctx, k, AnnounceTTL)
-			all = append(all, pipe.HScan(ctx, k, 0, "", maxWorkers))
+			if prune {
+				all = append(all, pipe.HScan(ctx, k, 0, "", maxWorkers))
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("queuepolicy: announcing the worker for %d queue(s): %w", len(queues), err)
+	}
+	if !prune {
+		return nil
 	}
 	stale := map[string][]string{}
 	for i, q := range queues {

@@ -76,6 +76,46 @@ func TestAnnounce(t *testing.T) {
 	}
 }
 
+// TestRefresh: Refresh writes the worker's entry and the key's TTL as
+// Announce does, and leaves another worker's stale entry, which readers
+// skip, to the next Announce.
+func TestRefresh(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := redistest.Client(t)
+	q := redistest.Queue(t)
+	key := queuepolicy.WorkersKey("", q)
+	now := time.Now()
+	a := queuepolicy.Announcement{Worker: "host-a/1", Store: "/var/lib/airlock/store"}
+	b := queuepolicy.Announcement{Worker: "host-b/2", Store: "/var/lib/airlock/store"}
+	if err := queuepolicy.Announce(ctx, rdb, "", []string{q}, a, now); err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(queuepolicy.AnnounceTTL + time.Second) // a is stale
+	if err := queuepolicy.Refresh(ctx, rdb, "", []string{q}, b, later); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.HLen(ctx, key).Val(); n != 2 {
+		t.Errorf("%s holds %d entries after b's Refresh, want a's (stale) and b's", key, n)
+	}
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 || ttl > queuepolicy.AnnounceTTL {
+		t.Errorf("TTL of %s after a Refresh: %s", key, ttl)
+	}
+	ws, err := queuepolicy.LoadWorkers(ctx, rdb, "", q, later)
+	if err != nil || len(ws) != 1 || ws[0].Worker != b.Worker {
+		t.Errorf("workers after b's Refresh: %+v, %v; want b alone", ws, err)
+	}
+	if err := queuepolicy.Announce(ctx, rdb, "", []string{q}, b, later); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.HLen(ctx, key).Val(); n != 1 {
+		t.Errorf("%s holds %d entries after b's Announce, want b's alone", key, n)
+	}
+	if err := queuepolicy.Refresh(ctx, rdb, "", []string{q}, queuepolicy.Announcement{}, now); err == nil {
+		t.Error("a refresh without a name was taken")
+	}
+}
+
 // Stores keeps only what a worker writes: a clean absolute directory
 // other than the root, or an s3:// URL; a forged entry leads nowhere.
 func TestStoresRefusesForged(t *testing.T) {

@@ -17,7 +17,11 @@
 // A stopping worker wakes the queues it handed tasks back to (Notify). A
 // task enqueued without a wake-up (a bare asynq client, a task handed
 // back after a crash, a wake-up lost with a connection) waits at most the
-// idle wait. asynq itself is unchanged.
+// idle wait. A round of polls that no wake-up opened (the idle wait ran
+// out) first asks each queue's length (one LLEN) and runs the dequeue
+// script only on a queue that holds tasks: an idle worker's poll costs
+// Redis one command per queue, not the script's three (the EVALSHA, its
+// EXISTS and RPOPLPUSH). asynq itself is unchanged.
 package wake
 
 import (
@@ -73,6 +77,9 @@ type Waiter struct {
 	released atomic.Bool
 
 	empty atomic.Int32 // consecutive empty dequeues
+	// probe is set while a round of polls that MaxIdle opened, not a
+	// wake-up, goes on: each poll asks its queue's length first.
+	probe atomic.Bool
 	woken atomic.Int64 // waits ended by a wake-up
 	timed atomic.Int64 // waits ended by MaxIdle
 }
@@ -191,38 +198,62 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		// A whole round found nothing: this poll opens the next round,
 		// which waits first.
 		if w.empty.Load() >= w.queues {
-			if stopped := w.wait(ctx); stopped {
+			stopped, woken := w.wait(ctx)
+			if stopped {
 				// The worker is shutting down: no poll, as if empty, so
 				// that it takes no task it would only hand back.
 				cmd.SetErr(redis.Nil)
 				return redis.Nil
 			}
 			w.empty.Store(0)
+			w.probe.Store(!woken)
+		}
+		if w.probe.Load() && isEmpty(ctx, next, q) {
+			// Nothing woke this round and the queue holds no task: the
+			// dequeue script would find none either. A task pushed just
+			// after the LLEN comes with its enqueuer's wake-up, which
+			// opens the next round at once.
+			w.empty.Add(1)
+			cmd.SetErr(redis.Nil)
+			return redis.Nil
 		}
 		err := next(ctx, cmd)
 		if errors.Is(err, redis.Nil) {
 			w.empty.Add(1)
 		} else {
+			// A task (or an error): the polls go on as asynq's, without
+			// the LLEN, until a round waits again.
 			w.empty.Store(0)
+			w.probe.Store(false)
 		}
 		return err
 	}
 }
 
-// wait waits for a wake-up or MaxIdle; it reports whether Stop ended it.
-func (w *Waiter) wait(ctx context.Context) (stopped bool) {
+// isEmpty reports whether queue q's pending list is empty, by one LLEN
+// sent below the hook; false when Redis did not say (the dequeue script
+// then runs, and meets the same error).
+func isEmpty(ctx context.Context, next redis.ProcessHook, q string) bool {
+	n := redis.NewIntCmd(ctx, "llen", asynqkey.Pending(q))
+	return next(ctx, n) == nil && n.Val() == 0
+}
+
+// wait waits for a wake-up or MaxIdle; it reports whether Stop ended it,
+// and whether a wake-up did.
+func (w *Waiter) wait(ctx context.Context) (stopped, woken bool) {
 	t := time.NewTimer(w.maxIdle)
 	defer t.Stop()
 	select {
 	case <-w.wakeup:
 		w.woken.Add(1)
+		return false, true
 	case <-t.C:
 		w.timed.Add(1)
 	case <-w.stop:
-		return true
+		return true, false
 	case <-ctx.Done():
 	}
-	return false
+	return false, false
 }
 
 // queueOf returns the queue of an asynq script whose first key is one of

@@ -2,6 +2,9 @@ package wake_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,6 +140,114 @@ func TestWaiterReleased(t *testing.T) {
 	case <-started:
 	case <-time.After(3 * time.Second):
 		t.Fatal("a second server on the client did not start the task within 3s")
+	}
+}
+
+// sent counts, by name, the commands that reach Redis below the Waiter's
+// hook (added after it), and asynq's dequeue scripts apart.
+type sent struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *sent) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *sent) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (c *sent) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := cmd.Name()
+		if args := cmd.Args(); name == "evalsha" && len(args) > 3 && strings.HasSuffix(fmt.Sprint(args[3]), ":pending") {
+			name = "dequeue"
+		}
+		c.mu.Lock()
+		c.n[name]++
+		c.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (c *sent) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = map[string]int{}
+	return n
+}
+
+// Idle polls that no wake-up opened reach Redis as one LLEN per queue,
+// not asynq's dequeue script (three commands); a queue the LLEN finds a
+// task in is polled with the script, and the task starts within the idle
+// wait; a woken round polls with the script at once.
+func TestWaiterProbesIdlePolls(t *testing.T) {
+	const maxIdle = 200 * time.Millisecond
+	ctx := context.Background()
+	q1, q2 := redistest.Queue(t), redistest.Queue(t)
+	prefix := "wake-test:" + q1 + ":"
+	rdb := redis.NewClient(mustOptions(t))
+	defer rdb.Close()
+	w := wake.New(rdb, prefix, []string{q1, q2}, maxIdle)
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb.AddHook(w.Hook())
+	below := &sent{n: map[string]int{}}
+	rdb.AddHook(below)
+	started := make(chan time.Time, 4)
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency: 1, Queues: map[string]int{q1: 1, q2: 1}, TaskCheckInterval: 10 * time.Millisecond,
+		DelayedTaskCheckInterval: time.Hour, LogLevel: asynq.FatalLevel,
+	})
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		started <- time.Now()
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { w.Stop(); srv.Shutdown() }()
+	time.Sleep(300 * time.Millisecond) // the first rounds find nothing
+	below.take()
+	time.Sleep(2 * time.Second)
+	idle := below.take()
+	// About 2s/200ms = 10 rounds of 2 queues; a loaded machine makes fewer.
+	if idle["dequeue"] != 0 || idle["llen"] < 4 || idle["llen"] > 24 {
+		t.Errorf("idle 2s, 2 queues, idle wait %s: %d dequeue scripts and %d LLEN reached Redis; want none and one LLEN per queue per wait", maxIdle, idle["dequeue"], idle["llen"])
+	}
+	client := asynq.NewClientFromRedisClient(rdb)
+	t0 := time.Now()
+	if _, err := client.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q2)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-started:
+		if d := s.Sub(t0); d > maxIdle+time.Second {
+			t.Errorf("without a wake-up the task started after %s, past the idle wait %s", d, maxIdle)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a task enqueued without a wake-up did not start within 5s")
+	}
+	if n := below.take()["dequeue"]; n < 1 {
+		t.Errorf("the task was taken without a dequeue script reaching Redis (%d)", n)
+	}
+	time.Sleep(300 * time.Millisecond) // idle again: a poll is held
+	if _, err := client.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q1)); err != nil {
+		t.Fatal(err)
+	}
+	below.take()
+	t0 = time.Now()
+	if err := wake.Notify(ctx, rdb, prefix, q1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-started:
+		if d := s.Sub(t0); d > maxIdle/2 {
+			t.Errorf("with a wake-up the task started after %s", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a woken task did not start within 5s")
+	}
+	if got := below.take(); got["dequeue"] < 1 {
+		t.Errorf("a woken round sent %v: want the dequeue script at once", got)
 	}
 }
 
