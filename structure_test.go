@@ -414,7 +414,7 @@ func TestOnlyExportersLinkTheOTLPExporter(t *testing.T) {
 		case export && !slices.Contains(p.Deps, module+"internal/tracing/otlp"):
 			t.Errorf("%s exports spans but does not link the OTLP/HTTP exporter", p.ImportPath)
 		case slices.ContainsFunc(linked, func(d string) bool { return strings.HasPrefix(d, "google.golang.org/grpc") }):
-			t.Errorf("%s links gRPC: the OTLP exporter is internal/tracing/otlp's, protobuf over HTTP by protowire", p.ImportPath)
+			t.Errorf("%s links gRPC: the OTLP exporter is internal/tracing/otlp's, protobuf over HTTP built with the OTLP protos' message packages (go.opentelemetry.io/proto/otlp), which hold no gRPC", p.ImportPath)
 		case !export && len(linked) > 0:
 			t.Errorf("%s links %s: only %v export spans", p.ImportPath, strings.Join(linked, ", "), exporters)
 		case !api:

@@ -13,11 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,8 +43,11 @@ type devMode struct {
 	redis     *devredis.Server
 	removeURL func() // removes cli.DevURLFile
 	partner   *devPartner
-	ownPolicy bool   // -policy given: dev mode grants nothing
-	store     string // where promoted outputs go (worker.Config.Store), for the demo's last line
+	// removePartnerURL removes devPartnerFile, which the session examples
+	// read to find the partner.
+	removePartnerURL func()
+	ownPolicy        bool   // -policy given: dev mode grants nothing
+	store            string // where promoted outputs go (worker.Config.Store), for the demo's last line
 }
 
 // startDev starts dev mode's embedded Redis (on -dev-addr, or a free port
@@ -84,14 +89,42 @@ func startDev(o *options, explicit map[string]bool, log zerolog.Logger) (d *devM
 		o.secretsDir = d.partner.secretsDir
 	}
 	o.fetchAllow = append(o.fetchAllow, "127.0.0.1")
-	log.Info().Str("export", d.partner.url+"/export.csv").Msg("dev mode: the csv-report demo's partner serves its export (bearer token: the secret PARTNER_TOKEN)")
+	if d.removePartnerURL, err = writePrivate(devPartnerFile(), d.partner.url); err != nil {
+		return d, fmt.Errorf("dev mode: %w", err)
+	}
+	log.Info().Str("export", d.partner.url+"/export.csv").Str("url_file", devPartnerFile()).
+		Msg("dev mode: the csv-report demo's partner serves its export (bearer token: the secret PARTNER_TOKEN; the session examples read its address in url_file, or PARTNER_URL)")
 	return d, nil
+}
+
+// devPartnerFile is where dev mode writes its partner's URL for the
+// examples run beside it (examples/python/session_report.py,
+// examples/typescript/session_report.mjs): beside cli.DevURLFile.
+func devPartnerFile() string {
+	return filepath.Join(filepath.Dir(cli.DevURLFile()), "dev-partner-url")
+}
+
+// writePrivate writes line to path, in the private directory of
+// cli.DevURLFile, and returns a func that removes it while it still holds
+// line (another dev worker may have written its own since).
+func writePrivate(path, line string) (func(), error) {
+	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return func() {
+		if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == line {
+			_ = os.Remove(path)
+		}
+	}, nil
 }
 
 // close stops what startDev started.
 func (d *devMode) close() {
 	if d.partner != nil {
 		d.partner.close()
+	}
+	if d.removePartnerURL != nil {
+		d.removePartnerURL()
 	}
 	if d.removeURL != nil {
 		d.removeURL()
@@ -118,7 +151,7 @@ func (d *devMode) configure(cfg *worker.Config) error {
 	if d.ownPolicy {
 		return nil
 	}
-	p, err := devPolicy(d.partner.url)
+	p, err := devPolicy(d.partner.url, slices.Sorted(maps.Keys(cfg.Queues)))
 	if err != nil {
 		return fmt.Errorf("dev mode: %w", err)
 	}
@@ -166,14 +199,20 @@ func startPartner(dir string) (*devPartner, error) {
 // devPolicy is dev mode's risk policy when -policy gives none: every output
 // parked, as without a policy, and the demo's secret granted (a worker
 // grants no secret its policy does not): PARTNER_TOKEN, to runs of the
-// demo's catalog action (csv-report) alone, in input headers to the
-// partner's host:port only, never in a step's environment.
-func devPolicy(partnerURL string) (*policy.Policy, error) {
+// demo's catalog action (csv-report) and to runs of the worker's queues
+// (the session examples open free-form sessions on the partner's export),
+// in input headers to the partner's host:port only, never in a step's
+// environment.
+func devPolicy(partnerURL string, queues []string) (*policy.Policy, error) {
 	u, err := url.Parse(partnerURL)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("partner URL %q: %v", partnerURL, err)
 	}
-	return policy.Parse(fmt.Appendf(nil, `{"default": "park", "secrets": {"PARTNER_TOKEN": {"actions": [%q], "hosts": [%q], "env": false}}}`, csvreport.Name, u.Host), "json")
+	grant, err := json.Marshal(map[string]any{"actions": []string{csvreport.Name}, "queues": queues, "hosts": []string{u.Host}, "env": false})
+	if err != nil {
+		return nil, err
+	}
+	return policy.Parse(fmt.Appendf(nil, `{"default": "park", "secrets": {"PARTNER_TOKEN": %s}}`, grant), "json")
 }
 
 func (p *devPartner) close() {

@@ -16,7 +16,10 @@ Environment:
     AIRLOCK_API_URL         the API (default http://127.0.0.1:8080)
     AIRLOCK_TOKEN           a token with runs:write and runs:read (required)
     AIRLOCK_APPROVER_TOKEN  a token with approvals:write (optional)
-    PARTNER_URL             the partner's back office (default http://127.0.0.1:8765)
+    PARTNER_URL             the partner's back office (default: the one a dev
+                            worker, worker -dev, serves: its address is in
+                            $XDG_RUNTIME_DIR/airlock/dev-partner-url, or
+                            <temp dir>/airlock-<uid>/dev-partner-url)
     AIRLOCK_QUEUE           the queue (default: "default"); the worker's
                             policy must grant PARTNER_TOKEN to it
     AIRLOCK_TIMEOUT         seconds to wait in all (default 300)
@@ -27,6 +30,7 @@ Exit status: 0 promoted and printed; 1 anything else (the reason on stderr).
 import json
 import os
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -87,6 +91,18 @@ def session_call(base, token, sid, method, what, body=None, raw=None, binary=Fal
         raise APIError(e.code, json.loads(e.read() or b"{}")) from None
 
 
+def dev_partner():
+    """The address of a dev worker's partner, from the file it writes
+    beside its Redis URL file (as enqueue finds its Redis), or ""."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    d = os.path.join(runtime, "airlock") if runtime else os.path.join(tempfile.gettempdir(), f"airlock-{os.getuid()}")
+    try:
+        with open(os.path.join(d, "dev-partner-url"), encoding="utf-8") as f:
+            return f.read(4096).strip()
+    except OSError:
+        return ""
+
+
 def main():
     base = os.environ.get("AIRLOCK_API_URL", "http://127.0.0.1:8080").rstrip("/")
     token = os.environ.get("AIRLOCK_TOKEN")
@@ -94,7 +110,10 @@ def main():
         print("session_report: set AIRLOCK_TOKEN (runs:write, runs:read)", file=sys.stderr)
         return 1
     approver = os.environ.get("AIRLOCK_APPROVER_TOKEN")
-    partner = os.environ.get("PARTNER_URL", "http://127.0.0.1:8765").rstrip("/")
+    partner = (os.environ.get("PARTNER_URL") or dev_partner()).rstrip("/")
+    if not partner:
+        print("session_report: set PARTNER_URL, or run a dev worker (worker -dev), whose partner this finds", file=sys.stderr)
+        return 1
     deadline = time.monotonic() + float(os.environ.get("AIRLOCK_TIMEOUT", "300"))
     spec = {
         "version": 1,

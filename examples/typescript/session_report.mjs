@@ -15,12 +15,16 @@
  *
  * Environment: AIRLOCK_API_URL (default http://127.0.0.1:8080),
  * AIRLOCK_TOKEN (runs:write, runs:read; required), AIRLOCK_APPROVER_TOKEN
- * (approvals:write; optional), PARTNER_URL (default
- * http://127.0.0.1:8765), AIRLOCK_QUEUE (the worker's policy must grant
+ * (approvals:write; optional), PARTNER_URL (default: the partner a dev
+ * worker, worker -dev, serves: its address is in
+ * $XDG_RUNTIME_DIR/airlock/dev-partner-url, or
+ * <temp dir>/airlock-<uid>/dev-partner-url), AIRLOCK_QUEUE (the worker's policy must grant
  * PARTNER_TOKEN to it), AIRLOCK_TIMEOUT (seconds, 300).
  * Exit status: 0 promoted and printed; 1 anything else.
  */
 import { readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { APIError, call, wait } from "./csv_report.mjs";
 
 /** @typedef {{name: string, verdict: string, exit_code?: number, stdout: string, stderr: string}} StepRecord */
@@ -43,7 +47,8 @@ const SCHEMA = {
 /**
  * Sends raw bytes to, or reads them from, a session's file.
  * @param {string} base @param {string} token @param {string} sid @param {string} method
- * @param {string} path @param {Uint8Array | string} [body]
+ * @param {string} path @param {RequestInit["body"]} [body] what to write (a string is
+ * sent as UTF-8); none to read
  * @returns {Promise<Uint8Array>}
  */
 async function file(base, token, sid, method, path, body) {
@@ -58,6 +63,21 @@ async function file(base, token, sid, method, path, body) {
   return bytes;
 }
 
+/**
+ * The address of a dev worker's partner, from the file it writes beside
+ * its Redis URL file (as enqueue finds its Redis), or "".
+ * @returns {string}
+ */
+function devPartner() {
+  const runtime = process.env.XDG_RUNTIME_DIR;
+  const dir = runtime ? join(runtime, "airlock") : join(tmpdir(), `airlock-${process.getuid?.() ?? ""}`);
+  try {
+    return readFileSync(join(dir, "dev-partner-url"), "utf8").slice(0, 4096).trim();
+  } catch {
+    return "";
+  }
+}
+
 async function main() {
   const env = process.env;
   const base = (env.AIRLOCK_API_URL ?? "http://127.0.0.1:8080").replace(/\/+$/, "");
@@ -67,7 +87,11 @@ async function main() {
     return 1;
   }
   const approver = env.AIRLOCK_APPROVER_TOKEN;
-  const partner = (env.PARTNER_URL ?? "http://127.0.0.1:8765").replace(/\/+$/, "");
+  const partner = (env.PARTNER_URL || devPartner()).replace(/\/+$/, "");
+  if (!partner) {
+    console.error("session_report: set PARTNER_URL, or run a dev worker (worker -dev), whose partner this finds");
+    return 1;
+  }
   const deadline = Date.now() + 1000 * Number(env.AIRLOCK_TIMEOUT ?? "300");
   /** @type {Record<string, unknown>} */
   const spec = {

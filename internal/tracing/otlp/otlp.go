@@ -7,7 +7,8 @@
 // Exporting is opt-in: OTEL_EXPORTER_OTLP_ENDPOINT (a base URL, to which
 // /v1/traces is appended) or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (the URL
 // itself) turns it on. The exporter is this package's own (export.go:
-// protobuf over HTTP, encoded with protowire, no gRPC linked); it reads
+// protobuf over HTTP, its request built with the OTLP protos' message
+// packages, go.opentelemetry.io/proto/otlp, no gRPC linked); it reads
 // OTEL_EXPORTER_OTLP_HEADERS and refuses an OTEL_EXPORTER_OTLP_PROTOCOL
 // other than http/protobuf; the SDK reads
 // OTEL_TRACES_SAMPLER (default parentbased_always_on) and the batch
