@@ -97,6 +97,11 @@ def dev_partner():
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     d = os.path.join(runtime, "airlock") if runtime else os.path.join(tempfile.gettempdir(), f"airlock-{os.getuid()}")
     try:
+        # Only a directory of this user's that no one else may write, as
+        # the CLIs read the dev worker's Redis URL file.
+        st = os.stat(d)
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return ""
         with open(os.path.join(d, "dev-partner-url"), encoding="utf-8") as f:
             return f.read(4096).strip()
     except OSError:

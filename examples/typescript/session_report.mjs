@@ -22,7 +22,7 @@
  * PARTNER_TOKEN to it), AIRLOCK_TIMEOUT (seconds, 300).
  * Exit status: 0 promoted and printed; 1 anything else.
  */
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { APIError, call, wait } from "./csv_report.mjs";
@@ -72,6 +72,12 @@ function devPartner() {
   const runtime = process.env.XDG_RUNTIME_DIR;
   const dir = runtime ? join(runtime, "airlock") : join(tmpdir(), `airlock-${process.getuid?.() ?? ""}`);
   try {
+    // Only a directory of this user's that no one else may write, as the
+    // CLIs read the dev worker's Redis URL file.
+    const st = statSync(dir);
+    if (st.uid !== process.getuid?.() || (st.mode & 0o022) !== 0) {
+      return "";
+    }
     return readFileSync(join(dir, "dev-partner-url"), "utf8").slice(0, 4096).trim();
   } catch {
     return "";
