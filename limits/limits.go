@@ -343,7 +343,7 @@ type Policy struct {
 	// whose spec gives none; 0 means DefaultSessionTimeout. It is lowered
 	// to MaxTimeout (SessionTimeout).
 	DefaultSessionTimeout Duration `json:"default_session_timeout,omitempty"`
-	AllowNetwork   bool     `json:"allow_network"`
+	AllowNetwork          bool     `json:"allow_network"`
 	// MaxInputBytes is the default and the maximum size of a download of
 	// a spec's inputs; 0 means DefaultMaxInputBytes.
 	MaxInputBytes Bytes `json:"max_input_bytes,omitempty"`
