@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -149,17 +148,7 @@ type startupMonitor struct {
 
 func startStartupMonitor(t *testing.T, port int) *startupMonitor {
 	t.Helper()
-	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReaderSize(c, 1<<20)
-	if _, err := c.Write(respCommand("MONITOR")); err != nil {
-		t.Fatal(err)
-	}
-	if l, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
-		t.Fatalf("MONITOR: %q %v", l, err)
-	}
+	c, r := monitorRedis(t, port)
 	m := &startupMonitor{conn: c, done: make(chan struct{}), n: map[string]int{}}
 	t.Cleanup(func() { m.stop() })
 	go func() {

@@ -173,23 +173,14 @@ type cmdCounter struct {
 func startCmdCounter(t *testing.T, port int) *cmdCounter {
 	t.Helper()
 	c := &cmdCounter{t: t, port: port, byAddr: map[string]map[string]int{}, names: map[string]string{}}
-	mon, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		t.Fatal(err)
-	}
+	mon, mr := monitorRedis(t, port)
+	var err error
 	if c.names2, err = net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 		t.Fatal(err)
 	}
 	c.nr = bufio.NewReader(c.names2)
 	if _, err := c.call("CLIENT", "SETNAME", "fleet-measure"); err != nil {
 		t.Fatal(err)
-	}
-	mr := bufio.NewReaderSize(mon, 1<<20)
-	if _, err := mon.Write(respCommand("MONITOR")); err != nil {
-		t.Fatal(err)
-	}
-	if l, err := mr.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
-		t.Fatalf("MONITOR: %q %v", l, err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -257,6 +248,24 @@ func parseMonitorLine(l string) (addr, cmd string, ok bool) {
 		return "", "", false
 	}
 	return addr, strings.ToLower(rest[:e]), true
+}
+
+// monitorRedis opens a connection to the Redis on 127.0.0.1:port and turns
+// it into a MONITOR: its reader then gives each command Redis runs.
+func monitorRedis(t *testing.T, port int) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReaderSize(c, 1<<20)
+	if _, err := c.Write(respCommand("MONITOR")); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+		t.Fatalf("MONITOR: %q %v", l, err)
+	}
+	return c, r
 }
 
 func respCommand(args ...string) []byte {
