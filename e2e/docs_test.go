@@ -116,13 +116,23 @@ func runSegment(t *testing.T, src string, env []string, seg []docrun.Block) {
 	}
 	args := []string{"bash", script, out}
 	if os.Geteuid() == 0 {
-		// /var/lib/airlock (the worker's store and workspaces as root) of
-		// the run's own, gone with its namespace.
+		// A mount namespace with a /var/lib/airlock (the worker's store and
+		// workspaces as root) of the run's own, and a PID namespace whose
+		// init, once the script ends, asks what it left running to stop
+		// (a dev worker, a daemonized redis-server that left the process
+		// group), waits up to 10 s, and takes the rest with it: the kernel
+		// kills every process of a namespace whose init exits, and
+		// --kill-child kills that init when unshare dies (the test killed
+		// at its timeout).
 		if err := os.MkdirAll("/var/lib/airlock", 0o755); err != nil {
 			t.Fatal(err)
 		}
-		args = append([]string{"unshare", "--mount", "--propagation", "private", "--",
-			"sh", "-c", `mount -t tmpfs -o mode=0755 airlock-docs /var/lib/airlock && exec "$@"`, "sh"}, args...)
+		args = append([]string{"unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
+			"sh", "-c", `mount -t tmpfs -o mode=0755 airlock-docs /var/lib/airlock || exit 1
+"$@"; rc=$?
+kill -TERM -1 2>/dev/null
+i=0; while kill -0 -1 2>/dev/null && [ $i -lt 50 ]; do sleep 0.2; i=$((i + 1)); done
+exit $rc`, "sh"}, args...)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir, cmd.Env = src, env

@@ -33,7 +33,7 @@ func TestSessionDefaultLife(t *testing.T) {
 	}
 	var rec record.Run
 	api.json("DELETE", "/v1/sessions/"+url.PathEscape(opened.SessionID), apiAgent, nil, 200, &rec)
-	if rec.State != record.StateCanceled || !strings.HasPrefix(rec.Error, "canceled by agent ") {
+	if rec.State != record.StateCanceled || !strings.HasPrefix(rec.Error, "canceled by agent while running") {
 		t.Errorf("deleted through the API: state %s, error %q; want canceled by the token agent", rec.State, rec.Error)
 	}
 

@@ -156,6 +156,8 @@ func (w *Worker) onCancel(ctx context.Context, rec *record.Run, out *outcome) (c
 	}
 	when := "while running"
 	switch n := len(rec.Steps); {
+	case n == 0 && out.session != nil && out.session.answered:
+		// An open session between its calls: running, with no step yet.
 	case n == 0:
 		when = "before its steps ran" // waiting for a slot, or fetching inputs
 	case rec.Steps[n-1].Verdict == record.VerdictCanceled:

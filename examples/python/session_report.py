@@ -29,6 +29,7 @@ Exit status: 0 promoted and printed; 1 anything else (the reason on stderr).
 
 import json
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -97,12 +98,18 @@ def dev_partner():
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     d = os.path.join(runtime, "airlock") if runtime else os.path.join(tempfile.gettempdir(), f"airlock-{os.getuid()}")
     try:
-        # Only a directory of this user's that no one else may write, as
-        # the CLIs read the dev worker's Redis URL file.
-        st = os.stat(d)
-        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        # Only a directory and a file of this user's that no one else may
+        # write, neither of them a link, as the CLIs read the dev worker's
+        # Redis URL file: another user may create the directory in a
+        # shared temp dir first, or make it a link to one of this user's.
+        st = os.lstat(d)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
             return ""
-        with open(os.path.join(d, "dev-partner-url"), encoding="utf-8") as f:
+        fd = os.open(os.path.join(d, "dev-partner-url"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open(fd, encoding="utf-8") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+                return ""
             return f.read(4096).strip()
     except OSError:
         return ""

@@ -22,7 +22,7 @@
  * PARTNER_TOKEN to it), AIRLOCK_TIMEOUT (seconds, 300).
  * Exit status: 0 promoted and printed; 1 anything else.
  */
-import { readFileSync, statSync } from "node:fs";
+import { closeSync, constants, fstatSync, lstatSync, openSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { APIError, call, wait } from "./csv_report.mjs";
@@ -71,14 +71,27 @@ async function file(base, token, sid, method, path, body) {
 function devPartner() {
   const runtime = process.env.XDG_RUNTIME_DIR;
   const dir = runtime ? join(runtime, "airlock") : join(tmpdir(), `airlock-${process.getuid?.() ?? ""}`);
+  /** @param {import("node:fs").Stats} st */
+  const mine = (st) => st.uid === process.getuid?.() && (st.mode & 0o022) === 0;
   try {
-    // Only a directory of this user's that no one else may write, as the
-    // CLIs read the dev worker's Redis URL file.
-    const st = statSync(dir);
-    if (st.uid !== process.getuid?.() || (st.mode & 0o022) !== 0) {
+    // Only a directory and a file of this user's that no one else may
+    // write, neither of them a link, as the CLIs read the dev worker's
+    // Redis URL file: another user may create the directory in a shared
+    // temp dir first, or make it a link to one of this user's.
+    const st = lstatSync(dir);
+    if (!st.isDirectory() || !mine(st)) {
       return "";
     }
-    return readFileSync(join(dir, "dev-partner-url"), "utf8").slice(0, 4096).trim();
+    const fd = openSync(join(dir, "dev-partner-url"), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    try {
+      const fst = fstatSync(fd);
+      if (!fst.isFile() || !mine(fst)) {
+        return "";
+      }
+      return readFileSync(fd, "utf8").slice(0, 4096).trim();
+    } finally {
+      closeSync(fd);
+    }
   } catch {
     return "";
   }
