@@ -280,7 +280,7 @@ func (c *Conn) End(ctx context.Context, id string, end record.State, why string,
 	for _, raw := range left.Val() {
 		var call Call
 		if json.Unmarshal([]byte(raw), &call) == nil && call.ID != "" {
-			in := Info{End: end, Why: why}
+			in := Info{End: end, Why: bounded(why)}
 			_ = c.Answer(ctx, id, call.ID, &Answer{Status: http.StatusGone, State: StateEnded, End: end,
 				Error: "the session ended before this call: " + in.ended()})
 		}
