@@ -4,8 +4,8 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -16,38 +16,29 @@ var fixedInstants = map[string]bool{
 	"Date": true, "Unix": true, "UnixMilli": true, "UnixMicro": true, "Parse": true, "ParseInLocation": true,
 }
 
-// TestFixedDates keeps dates written in the code out of tests and test
+// instantText matches an instant spelled in a string: a date and a time
+// of day.
+var instantText = regexp.MustCompile(`\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}`)
+
+// TestFixedDates keeps dates written by hand out of tests and test
 // helpers: a fixture dated by hand passes until the real clock reaches its
 // expiry, then fails on every machine (issue 30: an approval parked at
 // 2026-12-02 15:00 with a 72 h expiry, accepted by the real approve
 // binary). Tests take their instants from testclock.Epoch, which .ci/run
 // shifts a year behind and a year ahead of its default to find, today, a
-// fixture that meets the real clock. An instant that is a fixed vector (a
-// specification's test case, compared with nothing but the code's own
-// arithmetic) says so on its line or the one above: "// fixed date: WHY".
+// fixture that meets the real clock: neither time.Date and its kin on
+// values written in the code, nor a string that spells an instant (a
+// payload's timestamp, an expected message). An instant that is a fixed
+// vector (a specification's test case, compared with nothing but the
+// code's own arithmetic) says so on its line or the one above: "// fixed
+// date: WHY".
 func TestFixedDates(t *testing.T) {
-	fset := token.NewFileSet()
-	checked := 0
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	never := func(string) bool { return false }
+	testCode := func(path string) bool {
 		dir := filepath.Base(filepath.Dir(path))
-		helper := strings.HasSuffix(dir, "test") && dir != "testclock"
-		if !strings.HasSuffix(path, ".go") || !(strings.HasSuffix(path, "_test.go") || helper) || dir == "testclock" {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
-		if err != nil {
-			return err
-		}
-		checked++
+		return dir != "testclock" && (strings.HasSuffix(path, "_test.go") || strings.HasSuffix(dir, "test"))
+	}
+	eachGoFile(t, 100, parser.ParseComments, never, testCode, func(fset *token.FileSet, _ string, f *ast.File) {
 		excused := map[int]bool{}
 		for _, cg := range f.Comments {
 			for _, c := range cg.List {
@@ -57,36 +48,30 @@ func TestFixedDates(t *testing.T) {
 				}
 			}
 		}
+		report := func(n ast.Node, what string) {
+			if pos := fset.Position(n.Pos()); !excused[pos.Line] {
+				t.Errorf("%s: %s: take testclock.Epoch() (or say why this one is a fixed vector: // fixed date: WHY)", pos, what)
+			}
+		}
 		ast.Inspect(f, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
-			}
-			sel, ok := call.Fun.(*ast.SelectorExpr)
-			if !ok {
-				return true
-			}
-			pkg, ok := sel.X.(*ast.Ident)
-			if !ok || pkg.Name != "time" || !fixedInstants[sel.Sel.Name] {
-				return true
-			}
-			pos := fset.Position(call.Pos())
-			if !allWritten(call.Args) {
-				return true // made from what the test read or computed
-			}
-			if !excused[pos.Line] {
-				t.Errorf("%s: time.%s makes a fixed instant: take testclock.Epoch() (or say why this one is a fixed vector: // fixed date: WHY)", pos, sel.Sel.Name)
+			switch n := n.(type) {
+			case *ast.BasicLit:
+				// Go's reference time (2006-01-02 15:04) is a layout, not a date.
+				if n.Kind == token.STRING && instantText.MatchString(n.Value) && !strings.Contains(n.Value, "2006-01-02") {
+					report(n, "a string spells an instant")
+				}
+			case *ast.CallExpr:
+				sel, ok := n.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if pkg, ok := sel.X.(*ast.Ident); ok && pkg.Name == "time" && fixedInstants[sel.Sel.Name] && allWritten(n.Args) {
+					report(n, "time."+sel.Sel.Name+" makes a fixed instant")
+				}
 			}
 			return true
 		})
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if checked < 100 {
-		t.Fatalf("checked %d test files: the walk missed the repository's tests", checked)
-	}
 }
 
 // written reports whether e is a value written in the code: a literal, a

@@ -5,10 +5,8 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -338,26 +336,9 @@ var approvalKeys = regexp.MustCompile(`approval:\{|approvals:(pending|expiry|acc
 // (tests aside) spells the store's keys or takes one of lifecycleSteps,
 // and the stores use approve's types only.
 func TestApprovalLifecycleHasOneOwner(t *testing.T) {
-	fset := token.NewFileSet()
-	checked := 0
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path == "approve" || d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") && path != "." {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		checked++
+	inApprove := func(dir string) bool { return dir == "approve" }
+	notTest := func(path string) bool { return !strings.HasSuffix(path, "_test.go") }
+	eachGoFile(t, 100, parser.SkipObjectResolution, inApprove, notTest, func(fset *token.FileSet, path string, f *ast.File) {
 		store := path == "promote" || strings.HasPrefix(path, "promote/")
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
@@ -377,14 +358,7 @@ func TestApprovalLifecycleHasOneOwner(t *testing.T) {
 			}
 			return true
 		})
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if checked < 100 {
-		t.Fatalf("checked %d source files; the walk missed the tree", checked)
-	}
 }
 
 // exporters are the commands that export spans (internal/tracing/otlp,

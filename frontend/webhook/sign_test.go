@@ -61,7 +61,7 @@ func signed(secret []byte, id string, ts time.Time, body []byte) http.Header {
 func TestVerify(t *testing.T) {
 	key, _ := ParseSecret(specSecret)
 	other, _ := ParseSecret(NewSecret())
-	body := []byte(`{"type":"run.final","timestamp":"2026-12-02T14:00:00Z","data":{}}`)
+	body := []byte(`{"type":"run.final","timestamp":"` + testclock.Epoch().Format(time.RFC3339) + `","data":{}}`)
 	now := time.Now()
 	for _, tc := range []struct {
 		name    string
