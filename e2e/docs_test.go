@@ -310,13 +310,14 @@ func docsEnviron(t *testing.T) []string {
 		env = append(env, kv)
 	}
 	env = append(env, "HOME="+home, "XDG_RUNTIME_DIR="+run, "TERM=dumb")
-	for _, k := range []string{"GOFLAGS", "GOTOOLCHAIN", "GOPROXY", "GOCACHE", "GOMODCACHE", "GOPATH"} {
-		out, err := exec.Command("go", "env", k).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v := strings.TrimSpace(string(out)); v != "" {
-			env = append(env, k+"="+v)
+	keys := []string{"GOFLAGS", "GOTOOLCHAIN", "GOPROXY", "GOCACHE", "GOMODCACHE", "GOPATH"}
+	out, err := exec.Command("go", append([]string{"env"}, keys...)...).Output() // one value a line, in order
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
+		if v != "" && i < len(keys) {
+			env = append(env, keys[i]+"="+v)
 		}
 	}
 	return env

@@ -56,7 +56,7 @@ func TestSessionDefaultLife(t *testing.T) {
 	call(t, cs, "run_in_session", fmt.Sprintf(`{"session_id": %q, "run": ["false"]}`, out.SessionID), false)
 	closed := call(t, cs, "close_session", fmt.Sprintf(`{"session_id": %q}`, out.SessionID), false).run(t)
 	if r := closed.Record; r == nil || r.State != record.StateCompleted || r.Verdict != record.VerdictOK || r.Session == nil || r.Session.StepsFailed != 1 ||
-		!strings.Contains(closed.Note, "closed after 1 steps, 1 of them failed") {
+		!strings.Contains(closed.Note, "closed with 1 of its 1 steps failed") {
 		t.Errorf("closed with a failed step: %+v", closed)
 	}
 }

@@ -22,7 +22,7 @@ func note(r *record.Run) string {
 		return "retry: an attempt failed on the worker's side (" + r.Error + "); it will be run again"
 	case record.StateCompleted:
 		if r.Session != nil {
-			return fmt.Sprintf("completed: the session was closed after %d steps, %d of them failed (each one's verdict is in steps); it has no output contract, so nothing is published", len(r.Steps), r.Session.StepsFailed)
+			return fmt.Sprintf("completed: the session was closed with %d of its %d steps failed (each step's verdict is in steps); it has no output contract, so nothing is published", r.Session.StepsFailed, len(r.Steps))
 		}
 		return "completed: every step ended ok; the action has no output contract, so nothing is published (each step's stdout and stderr are in the record)"
 	case record.StateFailed:
