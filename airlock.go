@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/redis/fairshare"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -77,6 +78,15 @@ func (o ClientOptions) withDefaults() ClientOptions {
 	}
 	return o
 }
+
+// ErrQuota is matched (errors.Is) by the error of a call its principal's
+// quota refused (the worker's policy file, quotas: section): a
+// *QuotaError names the quota, its value and when to try again. The HTTP
+// API answers it 429 with Retry-After, the enqueue CLI exits 2.
+var ErrQuota = fairshare.ErrQuota
+
+// QuotaError is a refusal of a principal's quota (ErrQuota).
+type QuotaError = fairshare.QuotaError
 
 // ErrNotFound is matched (errors.Is) by the error of Wait when the task is
 // not in the queue.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/redis/fairshare"
 	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
 	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/limits"
@@ -140,7 +141,9 @@ func (c *Client) Enqueue(ctx context.Context, spec *tasks.Spec) (e Enqueued, err
 		if err != nil {
 			return Enqueued{}, fmt.Errorf("airlock: enqueueing run %s in queue %q: %w", spec.RunID, spec.Queue, err)
 		}
-		c.wake(ctx, spec.Queue)
+		if err := c.admit(ctx, spec, info.ID); err != nil {
+			return Enqueued{}, err
+		}
 		return Enqueued{TaskID: info.ID, Queue: spec.Queue, RunID: spec.RunID}, nil
 	}
 	return c.enqueueOnce(ctx, spec, payload, opts)
@@ -187,7 +190,23 @@ func (c *Client) prepare(ctx context.Context, spec *tasks.Spec) ([]byte, []asynq
 		asynq.MaxRetry(maxRetry),
 		asynq.Timeout(ceilSecond(timeout + c.opts.Grace)),
 		asynq.Retention(c.opts.Retention),
+		// Held in its principal's line until its share lets it in (admit).
+		asynq.Group(fairshare.Group(spec.Principal)),
 	}, nil
+}
+
+// admit admits the run just enqueued as task id, held in its principal's
+// line, against its principal's quota in its queue, and releases it into
+// the queue when the principal's fair share allows (waking the queue's
+// idle workers then): a quota's refusal deletes the task and is an error
+// matching ErrQuota (a *QuotaError). A failure to admit leaves the task
+// held: the queue's workers release it at their next sweep.
+func (c *Client) admit(ctx context.Context, spec *tasks.Spec, id string) error {
+	err := fairshare.Admit(ctx, c.rdb, c.opts.Prefix, spec.Queue, spec.Principal, id, spec.Session != nil)
+	if err != nil && !errors.Is(err, ErrQuota) {
+		return fmt.Errorf("airlock: run %s enqueued in queue %q, its admission failed (a worker releases it within %s): %w", spec.RunID, spec.Queue, fairshare.SweepEvery, err)
+	}
+	return err
 }
 
 // enqueueOnce enqueues a spec that has an idempotency key under the task id
@@ -200,7 +219,9 @@ func (c *Client) enqueueOnce(ctx context.Context, spec *tasks.Spec, payload []by
 	for attempt := 0; ; attempt++ {
 		_, err := c.asynq.EnqueueContext(ctx, runTask(ctx, payload), opts...)
 		if err == nil {
-			c.wake(ctx, spec.Queue)
+			if err := c.admit(ctx, spec, id); err != nil {
+				return Enqueued{}, err
+			}
 			return Enqueued{TaskID: id, Queue: spec.Queue, RunID: spec.RunID}, nil
 		}
 		if !errors.Is(err, asynq.ErrTaskIDConflict) {

@@ -61,9 +61,9 @@ func (c *Client) Cancel(ctx context.Context, queue, taskID string) (*record.Run,
 //     then (state "active": the cancel is under way).
 //
 // A run already canceled gives its record and a nil error (cancelling is
-// idempotent). A run that was over before the cancel reached it gives a
-// *FinalError (errors.Is ErrFinal) holding its record; a task in no
-// queue, an error matching ErrNotFound.
+// idempotent). A run that was over before the cancel reached it (one its
+// worker refused too) gives a *FinalError (errors.Is ErrFinal) holding its
+// record; a task in no queue, an error matching ErrNotFound.
 func (c *Client) CancelAs(ctx context.Context, by, queue, taskID string) (*record.Run, error) {
 	if queue == "" {
 		q, err := c.Locate(ctx, taskID)
@@ -77,7 +77,12 @@ func (c *Client) CancelAs(ctx context.Context, by, queue, taskID string) (*recor
 	for range 4 {
 		info, err := c.insp.GetTaskInfo(queue, taskID)
 		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-			return nil, &NotFoundError{Queue: queue, TaskID: taskID, Err: err}
+			// A run its worker refused is over: its record says why.
+			rec, err := c.refusedRecord(ctx, queue, taskID, err)
+			if err != nil {
+				return nil, err
+			}
+			return rec, &FinalError{Record: rec}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("airlock: task %s in queue %q: %w", taskID, queue, err)

@@ -85,7 +85,12 @@ func (c *Client) OpenSession(ctx context.Context, spec *tasks.Spec) (*Session, e
 	if _, err := c.asynq.EnqueueContext(ctx, runTask(ctx, payload), append(opts, asynq.TaskID(id))...); err != nil {
 		return nil, fmt.Errorf("airlock: enqueueing session in queue %q: %w", spec.Queue, err)
 	}
-	c.wake(ctx, spec.Queue)
+	if err := c.admit(ctx, spec, id); err != nil {
+		if errors.Is(err, ErrQuota) {
+			_ = s.conn.Forget(context.WithoutCancel(ctx), id)
+		}
+		return nil, err
+	}
 	wait := c.opts.OpenWait
 	if wait <= 0 {
 		wait = DefaultOpenWait

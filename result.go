@@ -73,8 +73,8 @@ const (
 // (AWS_ENDPOINT_URL_S3, AWS_REGION, AWS_ACCESS_KEY_ID...). The task is
 // looked for in every queue; ResultIn looks in one. A run whose output is
 // not published gives a *NotPromotedError that says its state (parked,
-// rejected, expired, failed...); a task in no queue, an error matching
-// ErrNotFound.
+// rejected, expired, failed...: a run its worker refused too); a task in
+// no queue, an error matching ErrNotFound.
 func (c *Client) Result(ctx context.Context, taskID string) (*Published, error) {
 	queue, err := c.Locate(ctx, taskID)
 	if err != nil {
@@ -90,7 +90,11 @@ func (c *Client) Result(ctx context.Context, taskID string) (*Published, error) 
 func (c *Client) ResultIn(ctx context.Context, queue, taskID string) (*Published, error) {
 	info, err := c.insp.GetTaskInfo(queue, taskID)
 	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-		return nil, &NotFoundError{Queue: queue, TaskID: taskID, Err: err}
+		rec, err := c.refusedRecord(ctx, queue, taskID, err) // refused.go
+		if err != nil {
+			return nil, err
+		}
+		return nil, &NotPromotedError{TaskID: taskID, State: rec.State, Why: rec.Error}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("airlock: task %s: %w", taskID, err)

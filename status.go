@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/internal/redis/asynqkey"
+	"github.com/airlock-run/airlock/internal/redis/refused"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -39,11 +40,13 @@ const (
 //     fate applied as WaitFinal does: accepted, promoted, rejected or
 //     expired, with decided_by and decided_at.
 //
-// A task that is not in the queue gives an error matching ErrNotFound.
+// A run its worker refused without running it (its task deleted from
+// asynq, payload and all: package refused) gives the refusal's record. A
+// task that is not in the queue gives an error matching ErrNotFound.
 func (c *Client) Status(ctx context.Context, queue, taskID string) (*record.Run, error) {
 	info, err := c.insp.GetTaskInfo(queue, taskID)
 	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-		return nil, &NotFoundError{Queue: queue, TaskID: taskID, Err: err}
+		return c.refusedRecord(ctx, queue, taskID, err) // refused.go
 	}
 	if err != nil {
 		return nil, fmt.Errorf("airlock: task %s in queue %q: %w", taskID, queue, err)
@@ -62,13 +65,19 @@ func (c *Client) Status(ctx context.Context, queue, taskID string) (*record.Run,
 		rec = archivedRecord(info)
 	default:
 		f := payloadFacts(info.Payload)
+		state := record.State(info.State.String())
+		if info.State == asynq.TaskStateAggregating {
+			// Held in its principal's line (fairshare): it waits for
+			// a worker, behind its principal's earlier runs.
+			state = StatePending
+		}
 		return &record.Run{
 			TaskID:    info.ID,
 			RunID:     f.RunID,
 			Queue:     info.Queue,
 			Principal: f.Principal,
 			Action:    f.Action,
-			State:     record.State(info.State.String()),
+			State:     state,
 			Error:     info.LastErr,
 			Attempt:   info.Retried + 1,
 			MaxRetry:  info.MaxRetry,
@@ -89,9 +98,10 @@ func (c *Client) Status(ctx context.Context, queue, taskID string) (*record.Run,
 	return rec, nil
 }
 
-// Locate returns the queue that holds task taskID, looking in every queue
-// as Result does: an error matching ErrNotFound when none does, and an
-// error naming them when several do (task ids are unique per queue only).
+// Locate returns the queue that holds task taskID (or the record of its
+// refusal), looking in every queue as Result does: an error matching
+// ErrNotFound when none does, and an error naming them when several do
+// (task ids are unique per queue only).
 func (c *Client) Locate(ctx context.Context, taskID string) (string, error) {
 	queues, err := c.rdb.SMembers(ctx, asynqkey.Queues).Result()
 	if err != nil {
@@ -112,9 +122,11 @@ func (c *Client) LocateIn(ctx context.Context, taskID string, queues []string) (
 		batch := queues[:min(len(queues), locateBatch)]
 		queues = queues[len(batch):]
 		exists := make([]*redis.IntCmd, len(batch))
+		wasRefused := make([]*redis.BoolCmd, len(batch))
 		_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range batch {
 				exists[i] = p.Exists(ctx, asynqkey.Task(q, taskID))
+				wasRefused[i] = refused.Exists(ctx, p, c.opts.Prefix, q, taskID)
 			}
 			return nil
 		})
@@ -122,7 +134,7 @@ func (c *Client) LocateIn(ctx context.Context, taskID string, queues []string) (
 			return "", fmt.Errorf("airlock: look for task %s in %d queues: %w", taskID, len(batch), err)
 		}
 		for i, q := range batch {
-			if exists[i].Val() > 0 {
+			if exists[i].Val() > 0 || wasRefused[i].Val() {
 				found = append(found, q)
 			}
 		}

@@ -100,3 +100,29 @@ func TestLocate(t *testing.T) {
 		t.Errorf("LocateIn among %d queues = %q, %v; want %s", len(many), q, err, q1)
 	}
 }
+
+// TestStatusOfArchivedTask: a task archived without a record (its worker
+// died, or none ran it) reads as failed, still saying who asked for it
+// (principal, from its payload): whose run it is decides who may read it.
+func TestStatusOfArchivedTask(t *testing.T) {
+	t.Parallel()
+	q := redistest.Queue(t)
+	c := newClient(t, airlock.ClientOptions{Principal: "agent"})
+	ctx := context.Background()
+	enq, err := c.Enqueue(ctx, newSpec(q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inspector(t).ArchiveTask(q, enq.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	for name, read := range map[string]func() (*record.Run, error){
+		"Status": func() (*record.Run, error) { return c.Status(ctx, q, enq.TaskID) },
+		"Wait":   func() (*record.Run, error) { return c.Wait(ctx, q, enq.TaskID) },
+	} {
+		rec, err := read()
+		if err != nil || rec.State != record.StateFailed || rec.Principal != "agent" || rec.RunID != enq.RunID {
+			t.Errorf("%s of an archived task: %+v, %v; want failed, principal agent, run %s", name, rec, err, enq.RunID)
+		}
+	}
+}

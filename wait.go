@@ -30,8 +30,9 @@ const pollEvery = time.Second
 // a millisecond of the worker's event; it also reads the task once a
 // second, in case an event was lost. Pending, active, scheduled and
 // retrying tasks are waited for until ctx is done, which gives ctx's error.
-// A task that is not in the queue gives an error matching ErrNotFound; a
-// Redis error ends the wait.
+// A run its worker refused without running it gives the refusal's record
+// (its task is gone: package refused). A task that is not in the queue
+// gives an error matching ErrNotFound; a Redis error ends the wait.
 func (c *Client) Wait(ctx context.Context, queue, taskID string) (*record.Run, error) {
 	// The position comes first: an event after it is never missed.
 	from, err := c.events.Last(ctx)
@@ -50,7 +51,13 @@ func (c *Client) waitFrom(ctx context.Context, queue, taskID, from string) (*rec
 	look := func(eventSaysDone bool) (bool, error) {
 		info, err := c.insp.GetTaskInfo(queue, taskID)
 		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-			return false, &NotFoundError{Queue: queue, TaskID: taskID, Err: err}
+			// A refused run's task is gone: its record is the refusal's.
+			r, err := c.refusedRecord(ctx, queue, taskID, err)
+			if err != nil {
+				return false, err
+			}
+			rec = r
+			return true, nil
 		}
 		if err != nil {
 			return false, fmt.Errorf("airlock: waiting for task %s in queue %q: %w", taskID, queue, err)
@@ -105,20 +112,25 @@ func decodeRecord(info *asynq.TaskInfo) (*record.Run, error) {
 	return &r, nil
 }
 
-// archivedRecord is the record of a task archived without one.
+// archivedRecord is the record of a task archived without one: who asked
+// for it (principal, action) as its payload says, so that it stays its
+// principal's to read.
 func archivedRecord(info *asynq.TaskInfo) *record.Run {
 	msg := info.LastErr
 	if msg == "" {
 		msg = "the task was archived without a run record"
 	}
+	f := payloadFacts(info.Payload)
 	return &record.Run{
-		TaskID:   info.ID,
-		RunID:    payloadRunID(info.Payload),
-		Queue:    info.Queue,
-		State:    record.StateFailed,
-		Verdict:  record.VerdictError,
-		Error:    msg,
-		Attempt:  info.Retried + 1,
-		MaxRetry: info.MaxRetry,
+		TaskID:    info.ID,
+		RunID:     f.RunID,
+		Queue:     info.Queue,
+		Principal: f.Principal,
+		Action:    f.Action,
+		State:     record.StateFailed,
+		Verdict:   record.VerdictError,
+		Error:     msg,
+		Attempt:   info.Retried + 1,
+		MaxRetry:  info.MaxRetry,
 	}
 }

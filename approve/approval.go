@@ -131,6 +131,10 @@ var (
 	// ErrPendingFull: Park of an output that would take the bytes all
 	// approvals hold in Redis past the store's MaxPendingBytes.
 	ErrPendingFull = errors.New("pending approvals hold the most bytes the operator allows")
+	// ErrPrincipalPendingFull: Park of an output that would take the
+	// bytes its principal's approvals hold past its quota
+	// (Options.PrincipalMaxPendingBytes: the policy's max_pending_bytes).
+	ErrPrincipalPendingFull = errors.New("the principal's pending approvals hold the most bytes its quota allows")
 	// ErrIDTaken: Park of an id that holds another task's approval.
 	ErrIDTaken = errors.New("approval id taken by another task")
 )

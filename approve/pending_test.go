@@ -127,3 +127,54 @@ func TestMaxPendingBytes(t *testing.T) {
 		t.Errorf("pending %d bytes after updates sent twice, want 0", n)
 	}
 }
+
+// TestPrincipalMaxPendingBytes: a principal past its own bound fails with
+// ErrPrincipalPendingFull, leaving nothing; another principal still parks;
+// a rejection gives the principal its bytes back.
+func TestPrincipalMaxPendingBytes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	probe, _, q0 := approvetest.Store(t, approve.Options{MaxPendingBytes: -1})
+	a0, d0 := sample("ap-ppend-9", q0)
+	a0.Run.Principal = "agent" // its size counts the principal's name
+	size := park(t, probe, a0, d0).StagedBytes
+	bound := func(p string) int64 {
+		if p == "agent" {
+			return 2 * size
+		}
+		return 0
+	}
+	s, rdb, q := approvetest.Store(t, approve.Options{TTL: time.Hour, MaxPendingBytes: 100 * size, PrincipalMaxPendingBytes: bound})
+	by := func(id, principal string) (*approve.Approval, map[string][]byte) {
+		a, data := sample(id, q)
+		a.Run.Principal = principal
+		return a, data
+	}
+	for i := range 2 {
+		a, data := by(fmt.Sprintf("ap-ppend-%d", i), "agent")
+		park(t, s, a, data)
+	}
+	full, data := by("ap-ppend-f", "agent")
+	if _, created, err := s.Park(ctx, full, data); !errors.Is(err, approve.ErrPrincipalPendingFull) || created {
+		t.Fatalf("agent past its bound: created %v, %v; want ErrPrincipalPendingFull", created, err)
+	}
+	if n, _ := rdb.Exists(ctx, s.Keys(full.ID)...).Result(); n != 0 {
+		t.Errorf("the refused approval left %d keys", n)
+	}
+	other, data := by("ap-ppend-o", "agent2")
+	park(t, s, other, data)
+	if n, err := s.PrincipalPendingBytes(ctx, "agent"); err != nil || n != 2*size {
+		t.Fatalf("agent holds %d, %v; want %d", n, err, 2*size)
+	}
+	if _, err := s.Reject(ctx, "ap-ppend-0", "alice", "no"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.PrincipalPendingBytes(ctx, "agent"); n != size {
+		t.Errorf("agent holds %d after a rejection, want %d", n, size)
+	}
+	again, data := by("ap-ppend-2", "agent")
+	park(t, s, again, data)
+	if n, _ := s.PrincipalPendingBytes(ctx, "agent"); n != 2*size {
+		t.Errorf("agent holds %d after parking again, want %d", n, 2*size)
+	}
+}

@@ -206,32 +206,50 @@ func (s *Store) unstageOp(ctx context.Context, p redis.Pipeliner, a *Approval) {
 // retried round trip sends its updates again), changes nothing.
 const stagedTotal = "#total"
 
-// reserveFull is reserveScript's answer when the bound would be passed.
-const reserveFull = -1
+// reserveFull is reserveScript's answer when the bound would be passed,
+// reservePrincipalFull when the principal's would.
+const (
+	reserveFull          = -1
+	reservePrincipalFull = -3
+)
 
-// reserveScript counts an approval's staged bytes unless it is counted.
-// KEYS: the pending hash. ARGV: id, bytes, bound (<= 0: none). Returns the
-// new total; reserveFull past the bound (nothing counted); -2 when the id
-// was counted already.
+// reserveScript counts an approval's staged bytes unless it is counted,
+// in the total and in its principal's (field "#p:" and the principal; the
+// approval's principal in field ID "#p").
+// KEYS: the pending hash. ARGV: id, bytes, bound (<= 0: none), principal,
+// the principal's bound (<= 0: none). Returns the new total; reserveFull
+// past the bound, reservePrincipalFull past the principal's (nothing
+// counted); -2 when the id was counted already.
 var reserveScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], ARGV[1]) then return -2 end
 local n = tonumber(ARGV[2])
 local t = tonumber(redis.call('HGET', KEYS[1], '` + stagedTotal + `') or '0') + n
 local max = tonumber(ARGV[3])
 if max > 0 and t > max then return -1 end
-redis.call('HSET', KEYS[1], ARGV[1], n, '` + stagedTotal + `', t)
+local pk = '#p:' .. ARGV[4]
+local pt = tonumber(redis.call('HGET', KEYS[1], pk) or '0') + n
+local pmax = tonumber(ARGV[5])
+if pmax > 0 and pt > pmax then return -3 end
+redis.call('HSET', KEYS[1], ARGV[1], n, '` + stagedTotal + `', t, pk, pt, ARGV[1] .. '#p', ARGV[4])
 return t
 `)
 
-// releaseScript gives an approval's counted bytes back, once.
+// releaseScript gives an approval's counted bytes back, once, to the total
+// and to its principal's.
 // KEYS: the pending hash. ARGV: id. It uses only the commands of the ACL
 // docs/redis.md lists.
 var releaseScript = redis.NewScript(`
 local n = redis.call('HGET', KEYS[1], ARGV[1])
 if not n then return 0 end
 local t = tonumber(redis.call('HGET', KEYS[1], '` + stagedTotal + `') or '0') - tonumber(n)
-redis.call('HDEL', KEYS[1], ARGV[1])
+local p = redis.call('HGET', KEYS[1], ARGV[1] .. '#p')
+redis.call('HDEL', KEYS[1], ARGV[1], ARGV[1] .. '#p')
 redis.call('HSET', KEYS[1], '` + stagedTotal + `', t)
+if p then
+  local pk = '#p:' .. p
+  local pt = tonumber(redis.call('HGET', KEYS[1], pk) or '0') - tonumber(n)
+  if pt > 0 then redis.call('HSET', KEYS[1], pk, pt) else redis.call('HDEL', KEYS[1], pk) end
+end
 return t
 `)
 

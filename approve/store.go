@@ -54,6 +54,10 @@ type Options struct {
 	// DefaultMaxPendingBytes; negative sets no bound (the total is still
 	// counted, for PendingBytes).
 	MaxPendingBytes int64
+	// PrincipalMaxPendingBytes returns the bytes one principal's
+	// approvals may hold together (its quota's max_pending_bytes), 0 for
+	// no bound beyond MaxPendingBytes; nil: none.
+	PrincipalMaxPendingBytes func(principal string) int64
 	// Retention is how long a finished approval (rejected, expired or
 	// promoted) is kept, with its audit trail, before Redis deletes it;
 	// default 30 days, negative keeps it forever. Accepted approvals not
@@ -91,7 +95,8 @@ type Event struct {
 //	P approvals:expired      zset: by decided_at (= expires_at)
 //	P approvals:all          zset: every approval, by created_at
 //	P audit                  stream: every transition (id, from, to, by, by_note, comment, at), MAXLEN ~ 100000
-//	P staged                 hash: ID → staged bytes of every approval that holds them, and their total (MaxPendingBytes)
+//	P staged                 hash: ID → staged bytes of every approval that holds them, and their total (MaxPendingBytes);
+//	                         ID#p → its principal, #p:PRINCIPAL → that principal's total (PrincipalMaxPendingBytes)
 //
 // The three keys of one approval share the hash tag {ID}, hence one Redis
 // Cluster slot: every transition is one Lua script on that slot. The
@@ -107,10 +112,12 @@ type Store struct {
 	ttl        time.Duration
 	maxStaged  int64
 	maxPending int64 // <= 0: no bound
-	retention  time.Duration
-	now        func() time.Time
-	watchBlock time.Duration
-	tracer     trace.Tracer
+	// principalMax is Options.PrincipalMaxPendingBytes.
+	principalMax func(principal string) int64
+	retention    time.Duration
+	now          func() time.Time
+	watchBlock   time.Duration
+	tracer       trace.Tracer
 }
 
 // Quiet returns the same store, whose transitions append no run event to
@@ -126,7 +133,7 @@ func (s *Store) Quiet() *Store {
 // brace, which would break the hash tags.
 func NewStore(rdb redis.UniversalClient, opts Options) *Store {
 	s := &Store{
-		rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, maxStaged: opts.MaxStagedBytes, maxPending: opts.MaxPendingBytes,
+		rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, maxStaged: opts.MaxStagedBytes, maxPending: opts.MaxPendingBytes, principalMax: opts.PrincipalMaxPendingBytes,
 		retention: opts.Retention, now: opts.Now, watchBlock: 500 * time.Millisecond,
 		tracer: tracing.Tracer(opts.TracerProvider),
 	}

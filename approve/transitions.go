@@ -41,7 +41,7 @@ func (s *Store) Park(ctx context.Context, a *Approval, data map[string][]byte) (
 	var park *redis.Cmd
 	_, err = s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		if n > 0 {
-			reserved = reserveScript.Eval(ctx, pipe, []string{s.stagedKey()}, p.a.ID, n, s.maxPending)
+			reserved = reserveScript.Eval(ctx, pipe, []string{s.stagedKey()}, p.a.ID, n, s.maxPending, p.a.Run.Principal, s.principalBound(p.a.Run.Principal))
 		}
 		park = parkScript.Eval(ctx, pipe, s.Keys(p.a.ID), p.args...)
 		return nil
@@ -81,7 +81,32 @@ func (s *Store) Park(ctx context.Context, a *Approval, data map[string][]byte) (
 		return nil, false, errors.Join(fmt.Errorf("approve: park %s: %d bytes to stage while approvals hold %d, bound %d: %w",
 			p.a.ID, n, held, s.maxPending, ErrPendingFull), err)
 	}
+	if reserved != nil && total == reservePrincipalFull {
+		err := s.undoPark(ctx, p.a.ID)
+		held, _ := s.PrincipalPendingBytes(ctx, p.a.Run.Principal)
+		return nil, false, errors.Join(fmt.Errorf("approve: park %s: %d bytes to stage while principal %q's approvals hold %d, its quota max_pending_bytes %d: %w",
+			p.a.ID, n, p.a.Run.Principal, held, s.principalBound(p.a.Run.Principal), ErrPrincipalPendingFull), err)
+	}
 	return p.a, true, s.after(ctx, p.a, &p.event)
+}
+
+// principalBound is the bytes principal's pending approvals may hold
+// (Options.PrincipalMaxPendingBytes), 0 for no bound.
+func (s *Store) principalBound(principal string) int64 {
+	if s.principalMax == nil {
+		return 0
+	}
+	return max(0, s.principalMax(principal))
+}
+
+// PrincipalPendingBytes returns the staged bytes principal's approvals
+// not yet decided or published hold in Redis.
+func (s *Store) PrincipalPendingBytes(ctx context.Context, principal string) (int64, error) {
+	n, err := s.rdb.HGet(ctx, s.stagedKey(), "#p:"+principal).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, err
 }
 
 // undoPark deletes approval id's keys, just stored by a park that fails.

@@ -64,6 +64,14 @@ const (
 // exit 0.
 func startAPI(t *testing.T, b *bundle, extra ...string) string {
 	t.Helper()
+	u, _ := startAPIProc(t, b, extra...)
+	return u
+}
+
+// startAPIProc is startAPI, and also returns the api's process (to read
+// its /proc).
+func startAPIProc(t *testing.T, b *bundle, extra ...string) (string, *os.Process) {
+	t.Helper()
 	path := buildAPI(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	content := strings.Join([]string{
@@ -109,7 +117,7 @@ func startAPI(t *testing.T, b *bundle, extra ...string) string {
 				URL     string `json:"url"`
 			}
 			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Message == "api started" {
-				return l.URL
+				return l.URL, cmd.Process
 			}
 		}
 		select {

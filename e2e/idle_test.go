@@ -27,8 +27,8 @@ const idleMaxRate = 5.0
 
 // idleWindow is how long TestIdleRedisCommands counts the commands of its
 // periodic work: a multiple of every period but a minute's (the idle wait,
-// 2s; asynq's heartbeat and forwarder, 5s; the approvals sweeper and the
-// worker's announcement, 10s).
+// 2s; asynq's heartbeat and forwarder, 5s; the approvals sweeper, the
+// worker's announcement and its fair-share sweep, 10s).
 const idleWindow = 20 * time.Second
 
 // TestIdleRedisCommands runs the real worker, with its default flags on

@@ -339,7 +339,9 @@ func TestSessionAttackCancel(t *testing.T) {
 	spec := `{"version":1,"timeout":"120s","session":{},"output":{"result":"out/r.json"}}`
 	s := attackOpen(t, b, victim, spec)
 	mallory := mcpStdio(t, b, "-principal", "mallory")
-	if e := call(t, mallory, "cancel_run", `{"task_id": "`+s.ID()+`"}`, true).err(t); !strings.Contains(e.Error, `"victim"`) {
+	// Another principal's session is unknown to mallory: the words of
+	// no task at all (TestReadsAreTheCallers).
+	if e := call(t, mallory, "cancel_run", `{"task_id": "`+s.ID()+`"}`, true).err(t); !strings.Contains(e.Error, `task "`+s.ID()+`" not found`) {
 		t.Errorf("mallory's cancel_run: %+v", e)
 	}
 	for _, tool := range []string{"run_in_session", "close_session"} {

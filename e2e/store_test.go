@@ -42,6 +42,7 @@ func TestResultFromAnotherDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec.Queue = b.queue
+	spec.Principal = "mcp" // the MCP server's below (its default -principal) reads its own runs only
 	e, err := b.client.Enqueue(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)

@@ -84,15 +84,17 @@ func TestAPIPrincipals(t *testing.T) {
 		t.Errorf("a spec naming bob-backend, by alice's token: %d %s", status, body)
 	}
 
-	// Each record says who asked; the policy promotes bob's run only.
-	runOf := func(taskID, query string) record.Run {
+	// Each record says who asked (each token reads its own: reads are
+	// the caller's, TestReadsAreTheCallers); the policy promotes bob's run
+	// only.
+	runOf := func(token, taskID, query string) record.Run {
 		t.Helper()
 		var rec record.Run
-		api.json("GET", "/v1/runs/"+taskID+"?"+query, tokAliceBackend, nil, 200, &rec)
+		api.json("GET", "/v1/runs/"+taskID+"?"+query, token, nil, 200, &rec)
 		return rec
 	}
-	recA := runOf(alice.TaskID, "wait=2m")
-	recB := runOf(bob.TaskID, "wait=2m&until=final")
+	recA := runOf(tokAliceBackend, alice.TaskID, "wait=2m")
+	recB := runOf(tokBobBackend, bob.TaskID, "wait=2m&until=final")
 	if recA.Principal != "alice-backend" || recA.State != record.StateParked || recA.ApprovalID == "" {
 		t.Fatalf("alice's run: principal %q, state %s\nworker logs:\n%s", recA.Principal, recA.State, b.worker.logs.String())
 	}
@@ -131,7 +133,7 @@ func TestAPIPrincipals(t *testing.T) {
 	if rj.DecidedBy != "alice" || rj.ByNote != "security-officer-bob" || rj.Principal != "alice-backend" {
 		t.Errorf("reject: decided_by %q, by_note %q, principal %q; want alice, security-officer-bob, alice-backend", rj.DecidedBy, rj.ByNote, rj.Principal)
 	}
-	if rec := runOf(alice.TaskID, "wait=1m&until=final"); rec.State != record.StateRejected || rec.DecidedBy != "alice" {
+	if rec := runOf(tokAliceBackend, alice.TaskID, "wait=1m&until=final"); rec.State != record.StateRejected || rec.DecidedBy != "alice" {
 		t.Errorf("alice's run after the reject: %s by %q, want rejected by alice", rec.State, rec.DecidedBy)
 	}
 	code, out, stderr := b.approveCLI("show", recA.ApprovalID)

@@ -187,9 +187,11 @@ func TestSecretHeaderHosts(t *testing.T) {
 	if got := granted.requests(); len(got) != 1 || got[0] != "Bearer "+token {
 		t.Errorf("the granted server saw %q", got)
 	}
-	// Another port of the same address; the same server by another name.
+	// Another port of the same address; the same server by another name,
+	// or by the IPv4-mapped spelling of its address (issue 31).
 	_, grantedPort, _ := net.SplitHostPort(granted.hostPort())
-	for _, url := range []string{other.srv.URL + "/export.csv", "http://localhost:" + grantedPort + "/export.csv"} {
+	for _, url := range []string{other.srv.URL + "/export.csv", "http://localhost:" + grantedPort + "/export.csv",
+		"http://[::ffff:127.0.0.1]:" + grantedPort + "/export.csv"} {
 		rec = b.runRaw(input(url))
 		refused(t, rec, `inputs[0].headers["Authorization"]`, "secret PARTNER_TOKEN: not granted to host", "policy secrets: section")
 		if len(rec.Inputs) != 0 { // refused before the value was read: nothing fetched

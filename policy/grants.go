@@ -40,7 +40,10 @@ func (g Grant) Covers(queue, action string) bool {
 // AllowsURL reports whether a header carrying the secret may be sent with a
 // request for rawURL: its host (as net/http dials it: the URL's host name
 // and port, 80 or 443 by scheme when it names none) matches one of Hosts.
-// A URL that does not parse, or names no host, is allowed nowhere.
+// An IP literal matches that address in that form only: "127.0.0.5" is not
+// "[::ffff:127.0.0.5]" nor "[::127.0.0.5]" (IPv6 text is compared as the
+// address it denotes). A URL that does not parse, or names no host, is
+// allowed nowhere.
 func (g Grant) AllowsURL(rawURL string) bool {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
@@ -67,7 +70,7 @@ func (g Grant) AllowsURL(rawURL string) bool {
 		}
 		switch {
 		case p.addr.IsValid():
-			if isIP && addr.Zone() == "" && addr.Unmap() == p.addr {
+			if isIP && addr.Zone() == "" && addr == p.addr {
 				return true
 			}
 		case isIP:
@@ -207,7 +210,7 @@ func parseGrant(n *node, field string) (Grant, error) {
 // hostPattern is one of a grant's hosts: an address, a host name or a
 // "*.domain" pattern, with a port or none (any port).
 type hostPattern struct {
-	addr     netip.Addr // an IP literal, unmapped
+	addr     netip.Addr // an IP literal, as written (an IPv4-mapped one stays IPv6)
 	name     string     // an exact host name, lower case
 	wildcard string     // ".domain" for *.domain
 	port     string     // decimal; "" for any port
@@ -260,13 +263,13 @@ func parseHostPattern(s string) (hostPattern, error) {
 		if err != nil || !a.Is6() || a.Zone() != "" {
 			return bad()
 		}
-		p.addr = a.Unmap()
+		p.addr = a
 	case strings.Count(host, ":") > 1: // a bare IPv6 literal: no port
 		a, err := netip.ParseAddr(host)
 		if err != nil || a.Zone() != "" {
 			return bad()
 		}
-		p.addr = a.Unmap()
+		p.addr = a
 	default:
 		if h, port, ok := strings.Cut(host, ":"); ok {
 			if port == "" {
@@ -275,7 +278,7 @@ func parseHostPattern(s string) (hostPattern, error) {
 			host, p.port = h, port
 		}
 		if a, err := netip.ParseAddr(host); err == nil {
-			p.addr = a.Unmap()
+			p.addr = a
 			break
 		}
 		if rest, ok := strings.CutPrefix(host, "*."); ok {

@@ -29,7 +29,7 @@ secrets:
 	want := []policy.Grant{
 		{Name: "API_KEY", Actions: []string{"csv-report", "send.mail_v2"}, Env: true},
 		{Name: "PARTNER_TOKEN", Queues: []string{"reports", "2024"},
-			Hosts: []string{"partner.example", "*.cdn.example:443", "127.0.0.1:8765", "[::1]:8443", "10.0.0.1", "2001:db8::1"}},
+			Hosts: []string{"partner.example", "*.cdn.example:443", "127.0.0.1:8765", "[::1]:8443", "::ffff:10.0.0.1", "2001:db8::1"}},
 	}
 	for format, doc := range map[string]string{"yaml": yaml, "json": json} {
 		p, err := policy.Parse([]byte(doc), format)
@@ -203,7 +203,7 @@ func TestGrantAllowsURL(t *testing.T) {
 		{"http://127.0.0.1:8766/export.csv", false},
 		{"http://127.0.0.1/export.csv", false},
 		{"http://127.0.0.2:8765/x", false},
-		{"http://[::ffff:127.0.0.1]:8765/x", true}, // the same address
+		{"http://[::ffff:127.0.0.1]:8765/x", false}, // another spelling of the address: refused
 		{"http://127.1:8765/x", false},
 		{"http://2130706433:8765/x", false},
 		{"http://[::1]:1234/x", true},
@@ -292,5 +292,38 @@ rules:
 	// A worker without a policy parks it, as everything.
 	if d := policy.NoPolicy().Evaluate(envIn("trusted")); d.Action != policy.Park || d.Rule != policy.RuleNoPolicy {
 		t.Errorf("NoPolicy: %+v", d)
+	}
+}
+
+// TestGrantOneSpelling (issue 31, round 4): a grant's IP literal matches
+// that address in its own family only: 127.0.0.5 is not its IPv4-mapped
+// nor its IPv4-compatible IPv6 spelling, and a mapped literal matches only
+// itself; an IPv6 literal matches however its text is written.
+func TestGrantOneSpelling(t *testing.T) {
+	p := mustParse(t, `secrets:
+  K:
+    queues: [q]
+    hosts: ["127.0.0.5:18080", "::ffff:10.0.0.1", "[2001:db8::7]:443"]
+`)
+	g, _ := p.Grant("K")
+	for _, c := range []struct {
+		url  string
+		want bool
+	}{
+		{"http://127.0.0.5:18080/x", true},
+		{"http://[::ffff:127.0.0.5]:18080/x", false},
+		{"http://[::ffff:7f00:5]:18080/x", false},
+		{"http://[::127.0.0.5]:18080/x", false},
+		{"http://[::ffff:0:127.0.0.5]:18080/x", false},
+		{"http://[64:ff9b::127.0.0.5]:18080/x", false},
+		{"http://[::ffff:10.0.0.1]/x", true},
+		{"http://[::FFFF:a00:1]/x", true}, // the same IPv6 address
+		{"http://10.0.0.1/x", false},
+		{"https://[2001:db8::7]/x", true},
+		{"https://[2001:0db8:0:0::7]/x", true},
+	} {
+		if got := g.AllowsURL(c.url); got != c.want {
+			t.Errorf("AllowsURL(%q) = %v, want %v", c.url, got, c.want)
+		}
 	}
 }

@@ -132,13 +132,18 @@ func parsePolicy(root *node) (*Policy, error) {
 	if root.kind == scalarNode && root.value == nil { // an empty YAML document
 		root = &node{kind: mapNode}
 	}
-	top, err := fields(root, "", "default", "rules", "secrets")
+	top, err := fields(root, "", "default", "rules", "secrets", "quotas")
 	if err != nil {
 		return nil, err
 	}
 	p := &Policy{def: Park}
 	if n, ok := top["secrets"]; ok {
 		if p.grants, err = parseSecrets(n); err != nil {
+			return nil, err
+		}
+	}
+	if n, ok := top["quotas"]; ok {
+		if p.quotas, err = parseQuotas(n); err != nil {
 			return nil, err
 		}
 	}

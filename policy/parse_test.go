@@ -19,9 +19,9 @@ func TestParseErrors(t *testing.T) {
 	}{
 		// Unknown keys, at every level.
 		{"unknown top key", "yaml", "defualt: park\n",
-			`line 1: defualt: unknown key "defualt" (known: default, rules, secrets)`},
+			`line 1: defualt: unknown key "defualt" (known: default, rules, secrets, quotas)`},
 		{"unknown top key", "json", `{"defualt": "park"}`,
-			`line 1: defualt: unknown key "defualt" (known: default, rules, secrets)`},
+			`line 1: defualt: unknown key "defualt" (known: default, rules, secrets, quotas)`},
 		{"unknown rule key", "yaml", "rules:\n  - name: a\n    when: {queue: [x]}\n    then: park\n    why: because\n",
 			`line 5: rules[0].why: unknown key "why" (known: name, when, then)`},
 		{"unknown rule key", "json", `{"rules": [{"name": "a", "when": {"queue": ["x"]}, "then": "park", "why": "because"}]}`,

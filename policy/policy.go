@@ -30,6 +30,15 @@
 //	                                     # input headers may carry it to these hosts only
 //	                                     # (none: no header use); no port: any port
 //	    env: false                       # true lets steps see it in their env (default false)
+//	quotas:                              # what one principal may hold in each queue (none: no bound)
+//	  billing-backend:                   # a principal (API token name, MCP -principal)
+//	    max_queued: 1000                 # runs waiting in the queue
+//	    max_active: 4                    # runs running at once (an open session runs)
+//	    max_sessions: 2                  # open sessions
+//	    max_pending_bytes: 16MiB         # bytes its parked outputs hold until decided
+//	    max_waiters: 20                  # open long polls and event streams, per API server
+//	    runs_per_minute: 600             # runs enqueued in any minute
+//	  "*": {max_queued: 100}             # every other principal, and runs naming none
 //
 // A run is parked when any matching rule says park, whatever the others say;
 // otherwise promoted when a matching rule says promote; otherwise the
@@ -46,6 +55,10 @@
 // A worker enforces the secrets: section before a run starts (Grant): a
 // secret is usable by a run only when its grant names the run's queue or
 // catalog action; a worker without a policy grants nothing.
+//
+// The quotas: section bounds what one principal holds in each queue the
+// policy's workers serve (Quotas); they publish it per queue, and every
+// front end and worker enforces it (internal/redis/fairshare).
 package policy
 
 import (
@@ -118,8 +131,9 @@ type Decision = record.Decision
 type Policy struct {
 	def    record.Action
 	rules  []*rule
-	none   bool    // NoPolicy
-	grants []Grant // the secrets: section, sorted by name
+	none   bool             // NoPolicy
+	grants []Grant          // the secrets: section, sorted by name
+	quotas map[string]Quota // the quotas: section, by principal ("*": the rest)
 }
 
 // NoPolicy returns the policy of a worker started without one: every result

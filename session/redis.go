@@ -48,6 +48,12 @@ func (c *Conn) Create(ctx context.Context, in Info, ttl time.Duration) error {
 	return err
 }
 
+// Forget deletes the state of a session whose open was refused before any
+// worker saw it (a quota's refusal): nothing of it stays.
+func (c *Conn) Forget(ctx context.Context, id string) error {
+	return c.rdb.Del(ctx, c.stateKey(id)).Err()
+}
+
 // Get returns the session's state hash; an error matching ErrNotFound
 // when there is none.
 func (c *Conn) Get(ctx context.Context, id string) (*Info, error) {
@@ -56,7 +62,7 @@ func (c *Conn) Get(ctx context.Context, id string) (*Info, error) {
 		return nil, err
 	}
 	if len(m) == 0 {
-		return nil, &Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("no session %s (never opened, or its record's retention passed)", id)}
+		return nil, NotFound(id)
 	}
 	in := &Info{ID: id, TaskID: m["task_id"], Queue: m["queue"], Principal: m["principal"], State: m["state"],
 		End: record.State(m["end"]), Why: m["why"], Worker: m["worker"]}
@@ -151,6 +157,14 @@ func (c *Conn) await(ctx context.Context, id, callID string, wait time.Duration)
 			return nil, fmt.Errorf("session %s: wait for the answer: %w", id, err)
 		}
 		in, gerr := c.Get(ctx, id)
+		if errors.Is(gerr, ErrNotFound) || gerr == nil && in.State == StateEnded {
+			// The answer may have come between the wait and the read: a
+			// worker answers, then ends the session (or forgets the state
+			// of an open it refused).
+			if a, err := c.late(ctx, id, callID); a != nil || err != nil {
+				return a, err
+			}
+		}
 		if gerr != nil {
 			return nil, gerr
 		}
@@ -168,6 +182,23 @@ func (c *Conn) await(ctx context.Context, id, callID string, wait time.Duration)
 				Msg: fmt.Sprintf("no answer in %s from the worker holding the session (%s)", wait, in.Worker)}
 		}
 	}
+}
+
+// late takes the answer to call callID if it is there now, without
+// waiting: nil, nil when it is not.
+func (c *Conn) late(ctx context.Context, id, callID string) (*Answer, error) {
+	b, err := c.rdb.LPop(ctx, c.answerKey(id, callID)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("session %s: read the answer: %w", id, err)
+	}
+	var a Answer
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("session %s: answer: %w", id, err)
+	}
+	return &a, a.Err()
 }
 
 // Liveness of the worker holding a session: it beats every BeatEvery

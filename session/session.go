@@ -18,6 +18,7 @@
 package session
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,6 +128,14 @@ func (e *Error) Error() string {
 	return "session: " + e.Msg
 }
 
+// NotFound is the error of a session id that names no session: none was
+// opened, or its record's retention passed. A front end gives it for a
+// session its caller may not call (another's) too, so that the caller
+// cannot tell the two apart.
+func NotFound(id string) *Error {
+	return &Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("no session %s (never opened, or its record's retention passed)", id)}
+}
+
 // Is matches ErrEnded (410), ErrNotFound (404 of the session), ErrBusy
 // (409) and ErrNoRoom (429).
 func (e *Error) Is(target error) bool {
@@ -163,14 +172,37 @@ func (a *Answer) Err() error {
 	return e
 }
 
-// encodeCall encodes c, refusing one above MaxCallBytes.
+// encodeCall encodes c as json.Marshal does, refusing one above
+// MaxCallBytes. Its data (a file, up to MaxFileBytes) is encoded straight
+// into a buffer of the call's size: one allocation, not json.Marshal's
+// growing buffer and its copy (three times the file's base64, for each
+// upload an API server holds at once).
 func encodeCall(c Call) ([]byte, error) {
-	b, err := json.Marshal(c)
+	data := c.Data
+	c.Data = nil
+	head, err := json.Marshal(c) // data, omitted when empty, comes last
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > MaxCallBytes {
-		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf("the call is %d bytes encoded, at most %d", len(b), MaxCallBytes)}
+	if len(data) == 0 {
+		return head, tooLargeCall(len(head))
 	}
-	return b, nil
+	const key = `,"data":"`
+	n := len(head) - 1 + len(key) + base64.StdEncoding.EncodedLen(len(data)) + len(`"}`)
+	if err := tooLargeCall(n); err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, n)
+	b = append(append(b, head[:len(head)-1]...), key...)
+	b = base64.StdEncoding.AppendEncode(b, data)
+	return append(b, `"}`...), nil
+}
+
+// tooLargeCall is the error of a call of n bytes encoded, above
+// MaxCallBytes; nil when it is not.
+func tooLargeCall(n int) error {
+	if n > MaxCallBytes {
+		return &Error{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf("the call is %d bytes encoded, at most %d", n, MaxCallBytes)}
+	}
+	return nil
 }

@@ -44,7 +44,10 @@ func (w *Workspace) Path() string { return w.path }
 func (w *Workspace) Quota() int64 { return w.quota }
 
 // create sets the workspace's quota (with tmpfs, its size) and makes in/,
-// out/ and tmp/. The workspace is empty and its top directory reset.
+// out/ and tmp/. The workspace is empty and its top directory reset; the
+// access and modification times of the top directory and of in/, out/
+// and tmp/ are set to now (their change time follows): a step could have
+// set the top directory's for the next task to read.
 func (w *Workspace) create() error {
 	if w.mounted {
 		// A remount changes the superblock, which every bind of it (the
@@ -65,6 +68,15 @@ func (w *Workspace) create() error {
 			return fmt.Errorf("make %s: %w", d, err)
 		}
 		unix.Close(dfd)
+	}
+	now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, w.path, now, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("reset the times of %s: %w", w.path, err)
+	}
+	for _, d := range []string{"in", "out", "tmp"} {
+		if err := unix.UtimesNanoAt(fd, d, now, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("reset the times of %s: %w", d, err)
+		}
 	}
 	return nil
 }

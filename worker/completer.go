@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-run/airlock/approve"
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/redis/asynqkey"
+	refusedrec "github.com/airlock-run/airlock/internal/redis/refused"
 	"github.com/airlock-run/airlock/internal/tracing"
 	"github.com/airlock-run/airlock/record"
 )
@@ -26,6 +27,7 @@ import (
 // writer of a run's record.
 type completer struct {
 	rdb    redis.UniversalClient
+	prefix string // the keys' (Config.Prefix)
 	events *events.Stream
 	log    zerolog.Logger
 	obs    Observer // nil: none
@@ -33,15 +35,16 @@ type completer struct {
 
 // newCompleter returns the completer of a worker with cfg.
 func newCompleter(cfg *Config, log zerolog.Logger) *completer {
-	return &completer{rdb: cfg.Redis, events: events.NewStream(cfg.Redis, cfg.Prefix), log: log, obs: cfg.Observer}
+	return &completer{rdb: cfg.Redis, prefix: cfg.Prefix, events: events.NewStream(cfg.Redis, cfg.Prefix), log: log, obs: cfg.Observer}
 }
 
 // complete completes and stores the record, with the run's event when
 // final and its approval's updates (one round trip: store), and logs it: at info for a run that was carried
-// out, warn for a run that failed, error for the worker's own failure. It
-// returns the error of storing the record; the event's is logged, not
-// fatal: the record stays the source of truth.
-func (c *completer) complete(ctx context.Context, rec *record.Run, workerFailed, final bool, after approve.Ops) error {
+// out, warn for a run that failed, error for the worker's own failure. The
+// record of a refused run (refuse.go) is stored for its refusal too, which
+// outlives its task. It returns the error of storing the record; the
+// event's is logged, not fatal: the record stays the source of truth.
+func (c *completer) complete(ctx context.Context, rec *record.Run, workerFailed, final, refused bool, after approve.Ops) error {
 	rec.FinishedAt = time.Now().UTC()
 	rec.DurationMS = ms(rec.FinishedAt.Sub(rec.StartedAt))
 	var ev *events.Event
@@ -59,9 +62,13 @@ func (c *completer) complete(ctx context.Context, rec *record.Run, workerFailed,
 		o.RunEnded(rec)
 	}
 	b, err := json.Marshal(rec)
+	var compact []byte
+	if err == nil && refused {
+		compact, err = refusedrec.Encode(rec)
+	}
 	var evErr error
 	if err == nil {
-		evErr, err = c.store(ctx, queue, rec.TaskID, b, ev, after)
+		evErr, err = c.store(ctx, queue, rec.TaskID, b, compact, ev, after)
 	}
 	var le *zerolog.Event
 	switch {
@@ -107,7 +114,9 @@ const resultRetryFor = 10 * time.Second
 // store stores a run's record as its task's result and, when ev is
 // not nil, appends the run's event after it, in one round trip with the
 // index and audit updates of its approval (after, when not nil), queued
-// before the record. Redis may fail for a moment (a restart: connections
+// before the record, and with the compact record of a refused run
+// (refused, when not nil: package refused), which asynq's deletion of
+// the task leaves. Redis may fail for a moment (a restart: connections
 // refused, then LOADING while it reads its AOF back; a failover): the
 // write is tried again, for up to resultRetryFor and as long as ctx
 // lasts, before the error is returned (report then has asynq run the task
@@ -116,30 +125,37 @@ const resultRetryFor = 10 * time.Second
 // appear twice; index updates are idempotent. evErr is the event's own
 // failure once the record is stored: the record stays the source of
 // truth, and Wait reads the task anyway.
-func (c *completer) store(ctx context.Context, queue, taskID string, b []byte, ev *events.Event, after approve.Ops) (evErr, err error) {
+func (c *completer) store(ctx context.Context, queue, taskID string, b, refused []byte, ev *events.Event, after approve.Ops) (evErr, err error) {
 	deadline := time.Now().Add(resultRetryFor)
 	delay := 100 * time.Millisecond
 	key := asynqkey.Task(queue, taskID)
 	for {
 		var hset *redis.IntCmd
 		var xadd *redis.StringCmd
+		var kept *redis.Cmd
 		cmds, _ := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if after != nil {
 				after(ctx, p)
 			}
 			hset = p.HSet(ctx, key, "result", b)
+			if refused != nil {
+				kept = refusedrec.Store(ctx, p, c.prefix, queue, taskID, refused)
+			}
 			if ev != nil {
 				xadd = c.events.AppendOp(ctx, p, *ev)
 			}
 			return nil
 		})
 		err = hset.Err()
+		if err == nil && kept != nil {
+			err = kept.Err()
+		}
 		if err == nil {
 			if xadd != nil {
 				evErr = xadd.Err()
 			}
 			for _, cmd := range cmds {
-				if cmd != hset && cmd != xadd && cmd.Err() != nil {
+				if cmd != hset && cmd != xadd && cmd != kept && cmd.Err() != nil {
 					// Stale indexes, not wrong ones: readers re-check the
 					// approval's hash, and a promotion of it repairs them
 					// (approve.Store.Reindex).

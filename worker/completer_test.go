@@ -33,7 +33,7 @@ func TestStoreRecordWhereAsynqReadsIt(t *testing.T) {
 	}
 	rec := []byte(`{"task_id":"` + info.ID + `","state":"completed"}`)
 	ev := events.Event{RunID: "r-store", TaskID: info.ID, State: record.StateCompleted, Verdict: record.VerdictOK}
-	if evErr, err := w.completer.store(ctx, q, info.ID, rec, &ev, nil); err != nil || evErr != nil {
+	if evErr, err := w.completer.store(ctx, q, info.ID, rec, nil, &ev, nil); err != nil || evErr != nil {
 		t.Fatalf("store: %v, event: %v", err, evErr)
 	}
 	got, err := insp.GetTaskInfo(q, info.ID)

@@ -56,6 +56,9 @@ type outcome struct {
 	// canceled: the run was canceled (cancel.go); the record says so,
 	// and it is never run again.
 	canceled bool
+	// refused: the worker refused the run without running it (refuse.go):
+	// its record is kept, its task deleted.
+	refused bool
 }
 
 // handle is the asynq handler of TypeRun.
@@ -71,6 +74,7 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 	if out.session != nil {
 		w.endSession(ctx, &rec, out.session)
 	}
+	w.shareEnded(ctx, &rec, err)
 	return err
 }
 
@@ -78,8 +82,7 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) outcome {
 	spec, digest, err := w.decode(t.Payload())
 	if err != nil {
-		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictError, "spec rejected: "+err.Error()
-		return outcome{}
+		return w.refuse(rec, record.VerdictError, "spec rejected: "+err.Error())
 	}
 	// The queue is a fact: the one the task was taken from, whatever its
 	// spec says (a raw enqueuer could name another queue, and borrow its
@@ -90,6 +93,7 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 	rec.Action, rec.ActionDigest = spec.Action, digest
 	rec.RunID, rec.Queue, rec.MaxRetry, rec.Limits = spec.RunID, spec.Queue, *spec.MaxRetry, spec.Limits
 	rec.Principal = spec.Principal
+	w.shareStarted(ctx, spec.Queue, spec.Principal)
 	rec.KeptOutput = &record.KeptOutput{MaxBytes: int64(spec.MaxRecordBytes)}
 	w.log.Info().Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Int("attempt", rec.Attempt).Str("run_id", spec.RunID).
 		Str("queue", spec.Queue).Int("steps", len(spec.Steps)).Int("inputs", len(spec.Inputs)).Msg("task start")
@@ -102,8 +106,7 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 	}
 	if err := w.checkGrants(spec); err != nil {
 		// Before any value is read: the error names the secret and the grant it lacks.
-		rec.State, rec.Verdict, rec.Error = record.StateFailed, record.VerdictError, err.Error()
-		return outcome{}
+		return w.refuse(rec, record.VerdictError, err.Error())
 	}
 	sec, err := w.secretSrc.Load(spec.Secrets)
 	if err != nil {
@@ -114,8 +117,9 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 
 	j := &job{spec: spec, rec: rec, aid: approvalID(rec.TaskID, t.Payload()), secrets: sec}
 	if spec.Session != nil {
-		if j.session = w.holdSession(ctx, j); j.session == nil {
-			return outcome{}
+		var refused outcome
+		if j.session, refused = w.holdSession(ctx, j); j.session == nil {
+			return refused
 		}
 	}
 	var s *slot
@@ -190,18 +194,23 @@ func (w *Worker) report(ctx context.Context, rec *record.Run, out outcome) error
 		max, ok := asynq.GetMaxRetry(ctx)
 		final = ok && rec.Attempt > max // the last attempt: no retry will say more
 	}
-	if err := w.completer.complete(ctx, rec, out.err != nil, final, out.after); err != nil {
+	if err := w.completer.complete(ctx, rec, out.err != nil, final, out.refused, out.after); err != nil {
 		// Without its record the task would end completed (or archived)
 		// with nothing for Wait to read: asynq runs it again, and that
 		// attempt stores one (finding its approval, if it has one).
 		return fmt.Errorf("store the run record: %w", err)
 	}
-	if canceled {
+	switch {
+	case canceled && out.refused:
+		w.dropRefused(rec)
+	case canceled:
 		w.archiveCanceled(rec)
 	}
 	switch {
 	case out.canceled:
 		return canceledErr(rec)
+	case out.refused:
+		return refusedErr(rec)
 	case out.err != nil:
 		return out.err
 	case out.retry:

@@ -264,6 +264,12 @@ func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, 
 		rec.Error = err.Error() + " (ask an approver to decide pending approvals, or the operator to raise -max-pending-bytes)"
 		return outcome{}
 	}
+	if errors.Is(err, approve.ErrPrincipalPendingFull) {
+		// The principal's own share is full: others still park.
+		rec.State, rec.Verdict = record.StateFailed, record.VerdictPendingLimit
+		rec.Error = "quota max_pending_bytes: " + err.Error() + " (ask an approver to decide its pending approvals, or the operator to raise its quota)"
+		return outcome{}
+	}
 	if err != nil {
 		return outcome{err: fmt.Errorf("park output: %w", err)}
 	}

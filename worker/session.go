@@ -44,17 +44,20 @@ type heldSession struct {
 }
 
 // holdSession takes the session of j's run for this worker, within
-// -max-sessions. nil: the run ends here, its record says why.
-func (w *Worker) holdSession(ctx context.Context, j *job) *heldSession {
+// -max-sessions. nil: the run is refused, as the outcome says (its record
+// says why).
+func (w *Worker) holdSession(ctx context.Context, j *job) (*heldSession, outcome) {
 	rec, spec := j.rec, j.spec
 	rec.Session = &record.Session{IdleTimeout: spec.Session.IdleTimeout}
 	if n := w.sessionsHeld.Add(1); w.cfg.MaxSessions > 0 && n > int64(w.cfg.MaxSessions) {
 		w.sessionsHeld.Add(-1)
 		msg := fmt.Sprintf("this worker holds its -max-sessions %d sessions; try again later", w.cfg.MaxSessions)
-		rec.State, rec.Verdict, rec.Error, rec.Session.Ended = record.StateFailed, record.VerdictSessionLimit, msg, "session_limit"
+		rec.Session.Ended = "session_limit"
 		_ = w.sessions.Answer(ctx, rec.TaskID, "open", &session.Answer{Status: http.StatusTooManyRequests, Error: msg, State: session.StateEnded, End: record.StateFailed})
-		_ = w.sessions.End(ctx, rec.TaskID, record.StateFailed, msg, sessionStateTTL)
-		return nil
+		// The opener has its answer, and no id to call (429): the state
+		// goes with the task; the run's record says why.
+		_ = w.sessions.Forget(ctx, rec.TaskID)
+		return nil, w.refuse(rec, record.VerdictSessionLimit, msg)
 	}
 	deadline := time.Now().Add(time.Duration(spec.Timeout))
 	if err := w.sessions.Hold(ctx, rec.TaskID, spec.Queue, w.name, deadline); err != nil {
@@ -62,8 +65,8 @@ func (w *Worker) holdSession(ctx context.Context, j *job) *heldSession {
 		// held: its callers end it when its beat stops), one of another
 		// queue, or one that ended.
 		w.sessionsHeld.Add(-1)
-		rec.State, rec.Verdict, rec.Error, rec.Session.Ended = record.StateFailed, record.VerdictError, err.Error(), "worker"
-		return nil
+		rec.Session.Ended = "worker"
+		return nil, w.refuse(rec, record.VerdictError, err.Error())
 	}
 	// The beat tells callers the holder is alive from now to the end: while
 	// the session waits for a slot, fetches its inputs, runs its steps.
@@ -80,7 +83,7 @@ func (w *Worker) holdSession(ctx context.Context, j *job) *heldSession {
 			}
 		}
 	}()
-	return &heldSession{stopBeat: stop}
+	return &heldSession{stopBeat: stop}, outcome{}
 }
 
 // endSession marks the held session ended with its run's state (failed

@@ -156,7 +156,8 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.useStore(approve.NewStore(cfg.Redis, approve.Options{Prefix: cfg.Prefix, TTL: cfg.ApprovalTTL, MaxStagedBytes: cfg.MaxStaged, MaxPendingBytes: cfg.MaxPending,
-		TracerProvider: cfg.TracerProvider}))
+		PrincipalMaxPendingBytes: func(p string) int64 { return int64(cfg.RiskPolicy.QuotaOf(p).MaxPendingBytes) },
+		TracerProvider:           cfg.TracerProvider}))
 	w.completer = newCompleter(&w.cfg, w.log)
 	w.sessions = session.NewConn(w.cfg.Redis, w.cfg.Prefix)
 	w.asynq = asynq.NewClientFromRedisClient(cfg.Redis)
@@ -396,6 +397,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := queuepolicy.PublishActions(ctx, w.cfg.Redis, w.cfg.Prefix, queues, w.cfg.Actions.Infos()); err != nil {
 		return fmt.Errorf("worker: publish the actions' catalog: %w", err)
 	}
+	if err := w.publishQuotas(ctx, queues); err != nil {
+		return fmt.Errorf("worker: publish the quotas: %w", err)
+	}
 	withdraw, err := w.announce(ctx, queues) // announce.go
 	if err != nil {
 		return err
@@ -436,6 +440,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	sweeper := &approve.Sweeper{Store: w.promoter.Store, Client: w.asynq, Interval: w.cfg.SweepInterval, Log: w.log}
 	sweeper.Start(context.Background())
 	defer sweeper.Stop()
+	shareCtx, stopShares := context.WithCancel(context.Background())
+	sharesDone := make(chan struct{})
+	go func() { defer close(sharesDone); w.sweepShares(shareCtx, queues) }()
+	defer func() { stopShares(); <-sharesDone }()
 	w.serving.Store(true)
 	w.log.Info().Strs("queues", queues).Msg("worker started")
 	<-ctx.Done()

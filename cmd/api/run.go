@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 	"github.com/airlock-run/airlock/frontend/webhook"
 	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/internal/tracing/otlp"
+	"github.com/airlock-run/airlock/limits"
+	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -36,10 +39,12 @@ served at /openapi.json). The token file holds one token per line:
 
   NAME SCOPE[,SCOPE...] TOKEN [queues=Q[,Q...]] [actions=A[,A...]]
 
-with scopes among runs:write, runs:read, approvals:read, approvals:write
-(none implies another) and TOKEN either sha256:HEX (what -hash-token
-prints) or the token itself (at least 16 characters). Only hashes are kept
-in memory. Blank lines and lines starting with # are skipped.
+with scopes among runs:write, runs:read (the token's own runs),
+runs:read:any (every run), approvals:read, approvals:write (none implies
+another but runs:read:any, which holds runs:read's routes) and TOKEN
+either sha256:HEX (what -hash-token prints) or the token itself (at least
+16 characters). Only hashes are kept in memory. Blank lines and lines
+starting with # are skipped.
 
 NAME (1-64 of [A-Za-z0-9._@+-]) is who asks: every run the token enqueues
 is stamped with it as its principal (a spec may not set one), idempotency
@@ -60,6 +65,9 @@ type options struct {
 	store                      string     // -store: where the result route reads
 	tlsCert, tlsKey            string
 	maxPayload                 int
+	maxBodyInFlight            string // -max-body-bytes-in-flight, a size
+	bodyInFlight               int64  // its bytes
+	maxWaiters                 int    // -max-waiters
 	retention, shutdownTimeout time.Duration
 	logFormat, logLevel        string
 	hashToken                  bool
@@ -113,6 +121,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs -tls-key")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of -tls-cert")
 	fs.IntVar(&o.maxPayload, "max-payload", tasks.DefaultMaxPayload, "largest spec accepted, in bytes: caps the body of POST /v1/runs (the worker's -max-payload)")
+	fs.StringVar(&o.maxBodyInFlight, "max-body-bytes-in-flight", limits.Bytes(httpapi.DefaultMaxBodyBytesInFlight).String(), "bytes of request bodies the API reads at once (each counted by its Content-Length, or its route's cap when it has none, before it is read); a body past it is answered 503 with Retry-After, unread. At least the largest body a route takes (-max-payload, 4MiB for a session file)")
+	fs.IntVar(&o.maxWaiters, "max-waiters", httpapi.DefaultMaxWaiters, "long polls (GET /v1/runs/{id}?wait=) and event streams the server holds open at once, every token together; past it one is answered 503 with Retry-After. Each token's share is its quota's max_waiters (the workers' policy file). The Redis pool grows by it (unless the URL sets pool_size): each holds a connection")
 	fs.DurationVar(&o.retention, "retention", airlock.DefaultRetention, "how long a run record is kept after its task ends")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, wait this long for requests in flight (long polls and event streams end at once)")
 	fs.StringVar(&o.logFormat, "log-format", "json", "json or console")
@@ -139,6 +149,16 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 		return o, errors.New("-tls-cert and -tls-key go together")
 	case o.maxPayload <= 0:
 		return o, errors.New("-max-payload: must be positive")
+	}
+	n, err := limits.ParseBytes(o.maxBodyInFlight)
+	if err != nil {
+		return o, fmt.Errorf("-max-body-bytes-in-flight: %w", err)
+	}
+	if largest := max(int64(o.maxPayload), session.MaxFileBytes); int64(n) < largest {
+		return o, fmt.Errorf("-max-body-bytes-in-flight: %s is below the largest body a route takes (%s: -max-payload, or a session file's 4MiB)", n, limits.Bytes(largest))
+	}
+	o.bodyInFlight = int64(n)
+	switch {
 	case o.retention <= 0:
 		return o, errors.New("-retention: must be positive (the run record must be kept to be read)")
 	case o.shutdownTimeout <= 0:
@@ -169,9 +189,19 @@ func serve(ctx context.Context, o options, tokens *httpapi.Tokens, log zerolog.L
 	if err != nil {
 		return err
 	}
+	if cfg.PoolSize == 0 {
+		// Each long poll and event stream holds a connection (a blocking
+		// read): the other requests keep go-redis's default pool beside
+		// them, whatever the waiters do.
+		_ = rdb.Close() // never connected: Open does not connect
+		cfg.PoolSize = 10*runtime.GOMAXPROCS(0) + o.maxWaiters
+		cfg.MaxIdleConns = 10 * runtime.GOMAXPROCS(0) // a burst's connections close once idle
+		rdb = cfg.Client()
+	}
 	defer rdb.Close()
 	h, err := httpapi.New(rdb, httpapi.Options{
-		Prefix: o.redis.Prefix, Retention: o.retention, MaxPayload: o.maxPayload, Tokens: tokens, Log: &log, Store: o.store,
+		Prefix: o.redis.Prefix, Retention: o.retention, MaxPayload: o.maxPayload, MaxBodyBytesInFlight: o.bodyInFlight, Tokens: tokens, Log: &log, Store: o.store,
+		MaxWaiters: o.maxWaiters,
 	})
 	if err != nil {
 		return err

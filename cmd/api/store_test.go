@@ -17,7 +17,7 @@ import (
 // process does not see); the start line says where -redis came from.
 func TestResultStore(t *testing.T) {
 	q, store := redistest.Queue(t), t.TempDir()
-	taskID := redistest.PromotedElsewhere(t, q, store)
+	taskID := redistest.PromotedElsewhere(t, q, store, "a") // token a's run
 	url, _, logs := start(t, "-addr", "127.0.0.1:0", "-redis", redistest.URL(t), "-store", store,
 		"-tokens", tokenFile(t, "a runs:read "+token+"\n"))
 	tr := &http.Transport{}

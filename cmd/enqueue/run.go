@@ -20,7 +20,7 @@ import (
 const (
 	exitOK       = cli.ExitOK    // enqueued, or finished with -wait whatever the verdict
 	exitError    = cli.ExitError // Redis, a timeout, anything else
-	exitRejected = cli.ExitUsage // bad flags, or the spec was rejected
+	exitRejected = cli.ExitUsage // bad flags, the spec was rejected, or a quota refused it
 	exitNotYet   = 3             // -result: the run's output is not published; -cancel: the run was over already
 )
 
@@ -84,6 +84,12 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if errors.Is(err, airlock.ErrNotPromoted) || errors.Is(err, airlock.ErrFinal) {
 			cli.PrintError(stdout, stderr, "enqueue", o.json, err, "", exitNotYet)
 			return exitNotYet
+		}
+		var qe *airlock.QuotaError
+		if errors.As(err, &qe) {
+			// Refused by the principal's quota: nothing enqueued.
+			cli.PrintError(stdout, stderr, "enqueue", o.json, err, qe.Quota, exitRejected)
+			return exitRejected
 		}
 		var fe *tasks.FieldError
 		if tasks.IsInvalid(err) && errors.As(err, &fe) {

@@ -20,7 +20,7 @@ import (
 // does not see); without it, the error names -store.
 func TestGetResultStore(t *testing.T) {
 	q, store := redistest.Queue(t), t.TempDir()
-	taskID := redistest.PromotedElsewhere(t, q, store)
+	taskID := redistest.PromotedElsewhere(t, q, store, "mcp") // the server's (its default -principal)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, withStore := range []bool{true, false} {

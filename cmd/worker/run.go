@@ -174,6 +174,7 @@ flags:
 	var m *metrics.Metrics
 	if o.httpAddr != "" {
 		m = metrics.New(airlock.Version, slices.Sorted(maps.Keys(cfg.Queues))...)
+		m.SetPrincipals(slices.Collect(maps.Keys(cfg.RiskPolicy.Quotas())))
 		ready.m, cfg.Observer = m, m
 		srv, err := serveHTTP(o.httpAddr, m, ready, log)
 		if err != nil {

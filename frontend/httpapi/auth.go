@@ -16,19 +16,28 @@ import (
 	"github.com/airlock-run/airlock/tasks"
 )
 
-// Scope is a permission a bearer token holds. No scope implies another.
+// Scope is a permission a bearer token holds. No scope implies another,
+// but runs:read:any, which is runs:read over every principal's runs
+// (Token.Grants).
 type Scope string
 
 // Scopes.
 const (
-	ScopeRunsWrite      Scope = "runs:write"      // POST /v1/runs
-	ScopeRunsRead       Scope = "runs:read"       // GET /v1/runs/{task_id}, its events and result
+	ScopeRunsWrite Scope = "runs:write" // POST /v1/runs
+	// ScopeRunsRead reads the token's own runs (their principal is its
+	// name): GET /v1/runs/{task_id}, its events and result. Another's
+	// run is 404, as an unknown one.
+	ScopeRunsRead Scope = "runs:read"
+	// ScopeRunsReadAny reads every run, whoever enqueued it (and a run
+	// with no principal): runs:read's routes, for dashboards and
+	// auditors.
+	ScopeRunsReadAny    Scope = "runs:read:any"
 	ScopeApprovalsRead  Scope = "approvals:read"  // GET /v1/approvals...
 	ScopeApprovalsWrite Scope = "approvals:write" // POST /v1/approvals/{id}/accept|reject
 )
 
 // Scopes lists every scope, in the order of the documentation.
-var Scopes = []Scope{ScopeRunsWrite, ScopeRunsRead, ScopeApprovalsRead, ScopeApprovalsWrite}
+var Scopes = []Scope{ScopeRunsWrite, ScopeRunsRead, ScopeRunsReadAny, ScopeApprovalsRead, ScopeApprovalsWrite}
 
 // Token is one bearer token of a token file: its name, its scopes, the
 // queues and actions it is bound to, and the SHA-256 of its value (never
@@ -49,6 +58,26 @@ type Token struct {
 
 // Has reports whether the token holds scope s.
 func (t *Token) Has(s Scope) bool { return slices.Contains(t.Scopes, s) }
+
+// Grants reports whether the token may use a route of scope s: it holds
+// s, or s is runs:read and it holds runs:read:any.
+func (t *Token) Grants(s Scope) bool {
+	return t.Has(s) || (s == ScopeRunsRead && t.Has(ScopeRunsReadAny))
+}
+
+// MayRead reports whether the token may read a run whose principal is
+// principal: with runs:read:any any run, with runs:read its own only (a
+// run with no principal is nobody's). The queues it is bound to are
+// checked apart (AllowsQueue).
+func (t *Token) MayRead(principal string) bool {
+	switch {
+	case t.Has(ScopeRunsReadAny):
+		return true
+	case t.Has(ScopeRunsRead):
+		return principal != "" && principal == t.Name
+	}
+	return false
+}
 
 // AllowsQueue reports whether the token may use queue q: it is bound to
 // no queue, or q is one of its queues.
@@ -87,7 +116,7 @@ var (
 // separated by spaces or tabs, where NAME is 1-64 of [A-Za-z0-9._@+-]
 // (it is logged, stamped on every run the token enqueues as its principal,
 // and recorded as who decides), the scopes are among runs:write,
-// runs:read, approvals:read and approvals:write, and TOKEN is "sha256:"
+// runs:read, runs:read:any, approvals:read and approvals:write, and TOKEN is "sha256:"
 // and the 64 lower-case hex digits of the token's SHA-256 (what `api
 // -hash-token` prints), or the token itself, at least 16 characters,
 // hashed when read. queues= binds the token to those queues (queue names,

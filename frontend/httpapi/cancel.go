@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/airlock-run/airlock"
@@ -12,7 +11,8 @@ import (
 // cancelRun serves DELETE /v1/runs/{task_id}: the token's own run (its
 // principal is the token's name) is canceled on its behalf
 // (airlock.Client.CancelAs), in ?queue= or the one queue of the token's
-// that holds it; another's is 404, as an unknown task is. It answers 200
+// that holds it; another's (even to a token with runs:read:any) is 404,
+// as an unknown task is, with the same body. It answers 200
 // with the canceled run's record (again for a run canceled already), 202
 // with the record as it is when the worker has not stopped the run yet,
 // and 409 already-final for a run that was over before. The record comes
@@ -27,9 +27,9 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 	t := tokenOf(r)
 	cur, err := h.client.Status(r.Context(), queue, taskID)
 	if err == nil && cur.Principal != t.Name {
-		h.fail(w, r, &Problem{Type: ProblemNotFound, Status: http.StatusNotFound, TaskID: taskID,
-			Detail: fmt.Sprintf("no run %s of token %s's in queue %q (a token cancels only its own runs)", taskID, t.Name, queue)})
-		return
+		// Not the token's, whatever it may read: as an unknown task
+		// (reads.go), so that the answer does not confirm it exists.
+		err = unknownRun(r, queue, taskID)
 	}
 	if err != nil {
 		h.runError(w, r, taskID, err)
@@ -50,10 +50,11 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// readable is rec as token t may read it: whole with runs:read, else its
-// identity and state only (no steps, output or errors).
+// readable is rec, a run of t's own, as token t may read it: whole with
+// runs:read (or runs:read:any), else its identity and state only (no
+// steps, output or errors).
 func readable(t *Token, rec *record.Run) *record.Run {
-	if t.Has(ScopeRunsRead) {
+	if t.Grants(ScopeRunsRead) {
 		return rec
 	}
 	return &record.Run{TaskID: rec.TaskID, RunID: rec.RunID, Queue: rec.Queue, Principal: rec.Principal,

@@ -35,7 +35,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()
 const (
 	tokWriter   = "writer-token-0123456789"   // runs:write,runs:read
 	tokEnqueuer = "enqueuer-token-0123456789" // runs:write only
-	tokReader   = "reader-token-0123456789"   // runs:read
+	tokReader   = "reader-token-0123456789"   // runs:read:any: reads every run
+	tokPeer     = "peer-token-0123456789"     // runs:write,runs:read: reads its own runs only
 	tokApprover = "approver-token-0123456789" // approvals:read,approvals:write
 	tokAuditor  = "auditor-token-0123456789"  // approvals:read
 	// Every scope, bound to the env's queue (bound), to another queue
@@ -45,7 +46,8 @@ const (
 	tokActor     = "actor-token-0123456789"
 )
 
-// allScopes are every scope, as a token file writes them.
+// allScopes are every scope but runs:read:any, as a token file writes
+// them: a token with them reads its own runs only.
 const allScopes = "runs:write,runs:read,approvals:read,approvals:write"
 
 // testTokens are the tokens of a server whose runs go to queue.
@@ -55,11 +57,13 @@ func testTokens(t *testing.T, queue string) *httpapi.Tokens {
 		"# test tokens",
 		"writer runs:write,runs:read " + tokWriter,
 		"enqueuer runs:write " + httpapi.HashToken(tokEnqueuer),
-		"reader runs:read " + tokReader,
+		"reader runs:read:any " + tokReader,
+		"peer runs:write,runs:read " + tokPeer,
 		"alice approvals:read,approvals:write " + httpapi.HashToken(tokApprover),
 		"auditor approvals:read " + tokAuditor,
 		"bound " + allScopes + " " + tokBound + " queues=" + queue + ",unused",
-		"elsewhere " + allScopes + " " + tokElsewhere + " queues=elsewhere",
+		// runs:read:any too: a queue binding bounds it still.
+		"elsewhere " + allScopes + ",runs:read:any " + tokElsewhere + " queues=elsewhere",
 		"actor " + allScopes + " " + tokActor + " actions=csv.transform",
 	}, "\n")
 	ts, err := httpapi.ParseTokens("tokens", strings.NewReader(file))

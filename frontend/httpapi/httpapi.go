@@ -9,8 +9,9 @@
 // Every route under /v1 takes a bearer token of a token file (Tokens) that
 // holds the route's scope; the token's name is who asks (every run it
 // enqueues is stamped with it as its principal, every decision it makes
-// is recorded as its), and a token bound to queues or actions may use only
-// those (bind.go). Every error is application/problem+json (RFC
+// is recorded as its), a token reads only its own runs unless it holds
+// runs:read:any (reads.go), and a token bound to queues or actions may
+// use only those (bind.go). Every error is application/problem+json (RFC
 // 9457) and names the field that was wrong. The routes, their parameters
 // and their responses are described by the OpenAPI 3.1 document OpenAPI
 // (openapi.json, served at /openapi.json); the spec's JSON Schema
@@ -37,6 +38,7 @@ import (
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/internal/tracing"
+	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -78,6 +80,17 @@ type Options struct {
 	// TracerProvider makes the requests' spans, and the decisions'
 	// (trace.go); nil: the global provider.
 	TracerProvider trace.TracerProvider
+	// MaxBodyBytesInFlight bounds the bytes of request bodies the API
+	// reads at once (body.go; api -max-body-bytes-in-flight): a body past
+	// it is answered 503 with Retry-After, unread. 0 is
+	// DefaultMaxBodyBytesInFlight; it must hold the largest body a route
+	// takes (MaxPayload, session.MaxFileBytes).
+	MaxBodyBytesInFlight int64
+	// MaxWaiters bounds the long polls and event streams the server holds
+	// open at once, every token together (api -max-waiters): past it a
+	// request is answered 503 with Retry-After. 0 is DefaultMaxWaiters.
+	// Each principal's share is its quota's max_waiters.
+	MaxWaiters int
 }
 
 // Handler serves the API. Create it with New; call Close before the
@@ -95,6 +108,11 @@ type Handler struct {
 	log        zerolog.Logger
 	mux        *http.ServeMux
 	tracer     trace.Tracer
+	bodies     *budget       // bytes of request bodies in flight (body.go)
+	sessions   *session.Conn // a call's room, before its body is read
+	prefix     string        // Options.Prefix
+	waiters    *waiters      // long polls and event streams open (waiters.go)
+	calls      sessionCalls  // calls with a body in progress per session (sessioncall.go)
 
 	stopCtx context.Context // canceled by Close
 	stop    context.CancelFunc
@@ -118,6 +136,16 @@ func New(rdb redis.UniversalClient, opts Options) (*Handler, error) {
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = DefaultKeepAlive
 	}
+	if opts.MaxWaiters <= 0 {
+		opts.MaxWaiters = DefaultMaxWaiters
+	}
+	// The largest body a route takes must fit in the bytes in flight.
+	switch largest := int64(max(opts.MaxPayload, session.MaxFileBytes)); {
+	case opts.MaxBodyBytesInFlight == 0:
+		opts.MaxBodyBytesInFlight = max(DefaultMaxBodyBytesInFlight, largest)
+	case opts.MaxBodyBytesInFlight < largest:
+		return nil, fmt.Errorf("httpapi: MaxBodyBytesInFlight %d is below the largest body a route takes (%d: the payload cap, or a session file's)", opts.MaxBodyBytesInFlight, largest)
+	}
 	h := &Handler{
 		rdb: rdb,
 		client: airlock.NewClient(rdb, airlock.ClientOptions{
@@ -132,6 +160,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Handler, error) {
 		keepAlive:  opts.KeepAlive,
 		log:        zerolog.Nop(),
 		tracer:     tracing.Tracer(opts.TracerProvider),
+		bodies:     newBudget(opts.MaxBodyBytesInFlight, int64(max(opts.MaxPayload, session.MaxFileBytes))),
+		sessions:   session.NewConn(rdb, opts.Prefix),
+		prefix:     opts.Prefix,
+		waiters:    newWaiters(opts.MaxWaiters),
 	}
 	h.stopCtx, h.stop = context.WithCancel(context.Background())
 	if opts.Log != nil {
@@ -251,6 +283,8 @@ type responseWriter struct {
 	wrote   bool
 	token   *Token
 	problem string
+	// bodyRead: the request's body was read whole (closeUnread).
+	bodyRead bool
 }
 
 func (w *responseWriter) WriteHeader(code int) {
@@ -287,7 +321,7 @@ func tokenOf(r *http.Request) *Token {
 }
 
 // auth wraps next: it answers 401 to a request without a known bearer
-// token, 403 to one whose token lacks scope.
+// token, 403 to one whose token lacks scope (Token.Grants).
 func (h *Handler) auth(scope Scope, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		authz := r.Header.Get("Authorization")
@@ -309,10 +343,13 @@ func (h *Handler) auth(scope Scope, next http.HandlerFunc) http.HandlerFunc {
 		if rw, ok := w.(*responseWriter); ok {
 			rw.token = t
 		}
-		if !t.Has(scope) {
+		if !t.Grants(scope) {
 			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="airlock", error="insufficient_scope", scope="%s"`, scope))
-			h.fail(w, r, &Problem{Type: ProblemForbidden, Status: http.StatusForbidden, RequiredScope: scope,
-				Detail: fmt.Sprintf("token %s does not hold the scope %s", t.Name, scope)})
+			detail := fmt.Sprintf("token %s does not hold the scope %s", t.Name, scope)
+			if scope == ScopeRunsRead {
+				detail += " (nor " + string(ScopeRunsReadAny) + ")"
+			}
+			h.fail(w, r, &Problem{Type: ProblemForbidden, Status: http.StatusForbidden, RequiredScope: scope, Detail: detail})
 			return
 		}
 		next(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
@@ -324,6 +361,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, p *Problem) {
 	if rw, ok := w.(*responseWriter); ok {
 		rw.problem = p.Detail
 	}
+	closeUnread(w, r)
 	writeProblem(w, r, p)
 }
 
@@ -332,6 +370,9 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, p *Problem) {
 // line, not to the caller: it may name the store's paths, the API's own
 // directory or Redis's address.
 func (h *Handler) internal(w http.ResponseWriter, r *http.Request, err error) {
+	if h.quotaRefused(w, r, err) {
+		return
+	}
 	p := &Problem{Type: ProblemInternal, Status: http.StatusInternalServerError,
 		Detail: "the API could not read Redis or the store; its log has the cause"}
 	if errors.Is(err, airlock.ErrStoreUnreadable) {
@@ -346,6 +387,7 @@ func (h *Handler) internal(w http.ResponseWriter, r *http.Request, err error) {
 
 // failLogged writes p, and keeps cause, not p's detail, for the log line.
 func (h *Handler) failLogged(w http.ResponseWriter, r *http.Request, p *Problem, cause error) {
+	closeUnread(w, r)
 	writeProblem(w, r, p)
 	if rw, ok := w.(*responseWriter); ok {
 		rw.problem = cause.Error()

@@ -44,6 +44,11 @@ type Problem struct {
 	TaskID string `json:"task_id,omitempty"`
 	// End is how a session ended (410): its run's state.
 	End string `json:"end,omitempty"`
+	// Quota is the name of the principal's quota that refused the call
+	// (429, ProblemQuota: max_queued, max_sessions, runs_per_minute,
+	// max_waiters), and Limit its value.
+	Quota string `json:"quota,omitempty"`
+	Limit int64  `json:"limit,omitempty"`
 	// Record is the run's record, for a run that was over before a cancel
 	// reached it (already-final).
 	Record *record.Run `json:"record,omitempty"`
@@ -65,11 +70,13 @@ const (
 	ProblemAlreadyFinal      = "urn:airlock:problem:already-final"      // 409: the run was over before the cancel (state, record)
 	ProblemPromotionNotQueue = "urn:airlock:problem:promotion-not-queued"
 	ProblemUnavailable       = "urn:airlock:problem:unavailable" // 503: Redis does not answer
+	ProblemOverloaded        = "urn:airlock:problem:overloaded"  // 503: the API is at a bound of its own: bodies in flight (-max-body-bytes-in-flight), waiters (-max-waiters); Retry-After
 	ProblemInternal          = "urn:airlock:problem:internal"    // 500
 	// Sessions.
 	ProblemSessionBusy  = "urn:airlock:problem:session-busy"  // 409: not open yet, or another call holds it
 	ProblemSessionEnded = "urn:airlock:problem:session-ended" // 410: closed, expired, canceled or failed (state, end say which)
 	ProblemNoRoom       = "urn:airlock:problem:no-room"       // 429: no worker had room for a session (Retry-After)
+	ProblemQuota        = "urn:airlock:problem:quota"         // 429: the caller's quota refused the call (quota, limit; Retry-After)
 	ProblemNoAnswer     = "urn:airlock:problem:no-answer"     // 504: the worker holding the session did not answer in time
 )
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -60,30 +59,16 @@ func isJSON(contentType string) bool {
 	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
 }
 
-// readBody reads r's body, at most max bytes; it answers 415 to a body
-// that is not JSON and 413 to one above max, naming field, and returns
-// false then.
+// readBody reads r's JSON body, at most max bytes; it answers 415 to a
+// body that is not JSON, and readAll's errors (413 above max, 503 past
+// the bytes in flight), naming field, and returns false then.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, max int64, field string, tooLarge func(n int64) string) ([]byte, bool) {
 	if ct := r.Header.Get("Content-Type"); !isJSON(ct) && (ct != "" || r.ContentLength != 0) {
 		h.fail(w, r, &Problem{Type: ProblemUnsupportedType, Status: http.StatusUnsupportedMediaType, Field: "Content-Type",
 			Detail: fmt.Sprintf("Content-Type %q: send application/json", ct)})
 		return nil, false
 	}
-	if r.ContentLength > max {
-		h.fail(w, r, &Problem{Type: ProblemTooLarge, Status: http.StatusRequestEntityTooLarge, Field: field, Detail: tooLarge(max)})
-		return nil, false
-	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		h.fail(w, r, &Problem{Type: ProblemTooLarge, Status: http.StatusRequestEntityTooLarge, Field: field, Detail: tooLarge(max)})
-		return nil, false
-	case err != nil:
-		h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: field, Detail: "reading the body: " + err.Error()})
-		return nil, false
-	}
-	return b, true
+	return h.readAll(w, r, max, field, tooLarge)
 }
 
 // specRejected answers a spec the decoder or the client rejected, with the
@@ -236,7 +221,9 @@ func parseWait(q url.Values) (time.Duration, bool, *Problem) {
 	}
 }
 
-// getRun serves GET /v1/runs/{task_id}, with ?wait= a long poll.
+// getRun serves GET /v1/runs/{task_id}, with ?wait= a long poll, of a run
+// the token may read (reads.go): another's is 404 at once, never waited
+// for.
 func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
 	taskID := r.PathValue("task_id")
 	wait, final, p := parseWait(r.URL.Query())
@@ -248,19 +235,29 @@ func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// Whose it is, before anything of it shows (reads.go).
+	rec, ok := h.readRun(r.Context(), w, r, queue, taskID)
+	if !ok {
+		return
+	}
 	if wait > 0 {
+		release, ok := h.holdWaiter(w, r, queue)
+		if !ok {
+			return
+		}
+		defer release()
 		ctx, cancel := h.bounded(r.Context(), wait)
 		waitFor := h.client.Wait
 		if final {
 			waitFor = h.client.WaitFinal
 		}
-		rec, err := waitFor(ctx, queue, taskID)
+		done, err := waitFor(ctx, queue, taskID)
 		cancel()
 		switch {
-		case err == nil && (final || rec.ApprovalID == ""):
+		case err == nil && (final || done.ApprovalID == ""):
 			// What Status would read again: WaitFinal applied the
 			// approval's fate, and a run without one has none.
-			writeJSON(w, http.StatusOK, rec)
+			writeJSON(w, http.StatusOK, done)
 			return
 		case err == nil:
 		case errors.Is(err, airlock.ErrNotFound):
@@ -274,11 +271,10 @@ func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
 			h.runError(w, r, taskID, err)
 			return
 		}
-	}
-	rec, err := h.client.Status(r.Context(), queue, taskID)
-	if err != nil {
-		h.runError(w, r, taskID, err)
-		return
+		if rec, err = h.client.Status(r.Context(), queue, taskID); err != nil {
+			h.runError(w, r, taskID, err)
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, rec)
 }
@@ -290,23 +286,18 @@ func (h *Handler) bounded(ctx context.Context, d time.Duration) (context.Context
 	return ctx, func() { stop(); cancel() }
 }
 
-// runResult serves GET /v1/runs/{task_id}/result.
+// runResult serves GET /v1/runs/{task_id}/result: the run is located as
+// for GET /v1/runs/{task_id}, and must be one the token may read.
 func (h *Handler) runResult(w http.ResponseWriter, r *http.Request) {
 	taskID := r.PathValue("task_id")
-	var p *airlock.Published
-	var err error
-	t := tokenOf(r)
-	switch q := r.URL.Query().Get("queue"); {
-	case q != "" || len(t.Queues) > 0:
-		// One queue: the one named, or the bound token's that holds it.
-		var ok bool
-		if q, ok = h.queueOf(w, r, taskID); !ok {
-			return
-		}
-		p, err = h.client.ResultIn(r.Context(), q, taskID)
-	default:
-		p, err = h.client.Result(r.Context(), taskID)
+	queue, ok := h.queueOf(w, r, taskID)
+	if !ok {
+		return
 	}
+	if _, ok := h.readRun(r.Context(), w, r, queue, taskID); !ok {
+		return
+	}
+	p, err := h.client.ResultIn(r.Context(), queue, taskID)
 	if err != nil {
 		h.runError(w, r, taskID, err)
 		return

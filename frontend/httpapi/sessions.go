@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -65,7 +64,7 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) (*airlock.Sess
 	id := r.PathValue("id")
 	s, in, err := h.client.Session(r.Context(), id)
 	if err == nil && (in.Principal != tokenName(tokenOf(r)) || !tokenOf(r).AllowsQueue(in.Queue)) {
-		err = &session.Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("no session %s", id)}
+		err = session.NotFound(id) // as an unknown session: no oracle
 	}
 	if err != nil {
 		h.sessionError(w, r, err)
@@ -111,6 +110,11 @@ func (h *Handler) sessionStep(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	done, ok := h.callable(w, r, s) // before the body is read
+	if !ok {
+		return
+	}
+	defer done()
 	data, ok := h.readBody(w, r, int64(h.maxPayload), "step", func(max int64) string {
 		return fmt.Sprintf("step: the body is more than %d bytes, the payload cap", max)
 	})
@@ -151,28 +155,36 @@ func (h *Handler) sessionFile(w http.ResponseWriter, r *http.Request) (*airlock.
 }
 
 // putSessionFile serves PUT /v1/sessions/{id}/files/{path...}: the raw
-// body, at most session.MaxFileBytes, becomes the file.
+// body, at most session.MaxFileBytes, becomes the file. The caller, the
+// path, the Content-Length and the session's room are checked before the
+// body is read (sessioncall.go).
 func (h *Handler) putSessionFile(w http.ResponseWriter, r *http.Request) {
 	s, p, ok := h.sessionFile(w, r)
 	if !ok {
 		return
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, session.MaxFileBytes))
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		h.fail(w, r, &Problem{Type: ProblemTooLarge, Status: http.StatusRequestEntityTooLarge, Field: "body",
-			Detail: fmt.Sprintf("the file is more than %d bytes, the most one call writes", session.MaxFileBytes)})
-		return
-	case err != nil:
-		h.fail(w, r, &Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Field: "body", Detail: "reading the body: " + err.Error()})
+	tooLarge := func(max int64) string {
+		return fmt.Sprintf("the file is more than %d bytes, the most one call writes", max)
+	}
+	if r.ContentLength > session.MaxFileBytes {
+		h.fail(w, r, &Problem{Type: ProblemTooLarge, Status: http.StatusRequestEntityTooLarge, Field: "body", Detail: tooLarge(session.MaxFileBytes)})
 		return
 	}
+	done, ok := h.callable(w, r, s)
+	if !ok {
+		return
+	}
+	defer done()
+	b, ok := h.readAll(w, r, session.MaxFileBytes, "body", tooLarge)
+	if !ok {
+		return
+	}
+	size := len(b) // b is the call's: not kept while it waits for its answer
 	if err := s.WriteFile(r.Context(), p, b); err != nil {
 		h.sessionError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"path": p, "size": len(b)})
+	writeJSON(w, http.StatusOK, map[string]any{"path": p, "size": size})
 }
 
 // getSessionFile serves GET /v1/sessions/{id}/files/{path...}: the file's

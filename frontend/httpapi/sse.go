@@ -60,7 +60,8 @@ func snapshot(rec *record.Run) events.Event {
 // when it came from there; a session's steps are "step" events (the step's
 // name and verdict), as they end. The stream ends with an "end" event once the
 // state is final, after MaxStream, or when the server stops; a comment is
-// sent every KeepAlive.
+// sent every KeepAlive. A run the token may not read is 404, as an
+// unknown one (reads.go).
 func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 	taskID := r.PathValue("task_id")
 	queue, ok := h.queueOf(w, r, taskID)
@@ -75,11 +76,15 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 		h.internal(w, r, fmt.Errorf("events: %w", err))
 		return
 	}
-	rec, err := h.client.Status(ctx, queue, taskID)
-	if err != nil {
-		h.runError(w, r, taskID, err)
+	rec, ok := h.readRun(ctx, w, r, queue, taskID) // the token's to read (reads.go)
+	if !ok {
 		return
 	}
+	release, ok := h.holdWaiter(w, r, queue)
+	if !ok {
+		return
+	}
+	defer release()
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-store")

@@ -29,7 +29,7 @@ var strictIsolation = record.Isolation{Mode: "strict", User: "uid per slot from 
 // and flags left out when the record kept all, kept_output left out when
 // nothing was dropped. A best-effort worker's off tiers are named.
 func TestCompactRecord(t *testing.T) {
-	rec := &record.Run{TaskID: "t1", RunID: "r1", Queue: "default", State: record.StateCompleted, Verdict: record.VerdictOK,
+	rec := &record.Run{TaskID: "t1", RunID: "r1", Queue: "default", Principal: DefaultPrincipal, State: record.StateCompleted, Verdict: record.VerdictOK,
 		Isolation:  strictIsolation,
 		KeptOutput: &record.KeptOutput{MaxBytes: 1 << 20, Bytes: 3},
 		Steps: []record.Step{
@@ -126,7 +126,7 @@ func TestCompactRecord(t *testing.T) {
 	}
 
 	// A pending run has no isolation yet: none in its answer.
-	fc.runs["t4"] = &record.Run{TaskID: "t4", Queue: "default", State: "pending", Attempt: 1}
+	fc.runs["t4"] = &record.Run{TaskID: "t4", Queue: "default", Principal: DefaultPrincipal, State: "pending", Attempt: 1}
 	if _, out := callTool(t, cs, ToolGetRun, `{"task_id": "t4"}`); out["record"].(map[string]any)["isolation"] != nil || out["record"].(map[string]any)["steps"] != nil {
 		t.Errorf("pending run: %v", out["record"])
 	}

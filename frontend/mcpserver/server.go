@@ -15,6 +15,10 @@
 //     a session, one workspace whose steps arrive call by call, closed
 //     into the contract and the approval queue (sessions.go).
 //
+// Every tool reads and calls the runs and sessions of the server's
+// principal (Options.Principal) only: another's reads as unknown
+// (reads.go).
+//
 // Answers are compact: a run record's isolation tiers, the same long
 // text for every run of a worker, are said once, in the resource its
 // isolation.uri names, and empty fields are left out; full: true asks for
@@ -194,7 +198,7 @@ func New(c Client, o Options) (*mcp.Server, error) {
 	srv.AddTool(&mcp.Tool{
 		Name:  ToolGetRun,
 		Title: "Read a run's record",
-		Description: "The run record of a task now, without waiting: state (pending, active, completed, failed, parked, accepted, promoted, rejected, expired, canceled), " +
+		Description: "The run record of a task this server enqueued (another principal's is not found), now, without waiting: state (pending, active, completed, failed, parked, accepted, promoted, rejected, expired, canceled), " +
 			"verdict, error, each step's exit code, stdout and stderr, files, and the approval's fate; compact unless full: true. A note says what the state means. " +
 			"A parked run is " + CannotApprove + ".",
 		InputSchema:  sc.getRun,
@@ -204,7 +208,7 @@ func New(c Client, o Options) (*mcp.Server, error) {
 	srv.AddTool(&mcp.Tool{
 		Name:  ToolWaitRun,
 		Title: "Wait for a run",
-		Description: `Wait for a task's run and return its record: until "done" (parked or finished; the default) or "final" ` +
+		Description: `Wait for the run of a task this server enqueued and return its record: until "done" (parked or finished; the default) or "final" ` +
 			"(through the human's decision: promoted, rejected or expired), for at most timeout (default 30s, capped by the server). " +
 			"On timeout the current record is returned with timed_out: true; call again to keep waiting. " +
 			"A parked run is " + CannotApprove + ".",
@@ -215,7 +219,7 @@ func New(c Client, o Options) (*mcp.Server, error) {
 	srv.AddTool(&mcp.Tool{
 		Name:  ToolGetResult,
 		Title: "Read a run's published result",
-		Description: "The published output of a promoted run: {where, manifest, result}. A run that is not promoted is an error saying its state; " +
+		Description: "The published output of a promoted run this server enqueued: {where, manifest, result}. A run that is not promoted is an error saying its state; " +
 			"a parked run is " + CannotApprove + ".",
 		InputSchema:  sc.getResult,
 		OutputSchema: sc.out[ToolGetResult],
@@ -433,13 +437,14 @@ func (s *server) getRun(ctx context.Context, req *mcp.CallToolRequest) (any, err
 }
 
 // runRecord decodes the arguments that name a run (and the tool's others,
-// more) and reads its record now.
+// more) and reads its record now: a run of the server's principal's only
+// (ownRun).
 func (s *server) runRecord(ctx context.Context, req *mcp.CallToolRequest, more ...arg) (taskID, queue string, rec *record.Run, err error) {
 	if taskID, queue, err = s.runArgs(req, more...); err != nil {
 		return "", "", nil, err
 	}
-	if rec, err = s.c.Status(ctx, queue, taskID); err != nil {
-		return "", "", nil, readError(err)
+	if rec, err = s.ownRun(ctx, queue, taskID); err != nil {
+		return "", "", nil, err
 	}
 	return taskID, queue, rec, nil
 }
@@ -468,7 +473,15 @@ func (s *server) waitRun(ctx context.Context, req *mcp.CallToolRequest) (any, er
 	if err != nil {
 		return nil, err
 	}
-	return s.wait(ctx, req, q, taskID, final, d, full)
+	// Whose it is, before waiting: another's is unknown at once.
+	if _, err := s.ownRun(ctx, q, taskID); err != nil {
+		return nil, err
+	}
+	out, err := s.wait(ctx, req, q, taskID, final, d, full)
+	if err != nil {
+		return nil, err // not out: a nil *runOut is no nil answer
+	}
+	return out, nil
 }
 
 func (s *server) getResult(ctx context.Context, req *mcp.CallToolRequest) (any, error) {

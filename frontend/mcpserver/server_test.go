@@ -320,7 +320,7 @@ func TestToolErrorsNameTheField(t *testing.T) {
 }
 
 func TestParkedRunCannotBeApproved(t *testing.T) {
-	fc := &fakeClient{runs: map[string]*record.Run{"t1": {TaskID: "t1", Queue: "default", State: record.StateParked,
+	fc := &fakeClient{runs: map[string]*record.Run{"t1": {TaskID: "t1", Queue: "default", Principal: DefaultPrincipal, State: record.StateParked,
 		ApprovalID: "ap-1", Decision: &record.Decision{Action: "park", Reasons: []string{"rule big"}}}}}
 	cs := connect(t, fc, Options{}, nil)
 	for _, tool := range []string{ToolGetRun, ToolWaitRun} {
@@ -354,7 +354,7 @@ func TestParkedRunCannotBeApproved(t *testing.T) {
 // A wait that times out answers with the run as it is, and a client that
 // gave a progress token hears from the server meanwhile.
 func TestWaitTimesOutWithProgress(t *testing.T) {
-	fc := &fakeClient{block: true, runs: map[string]*record.Run{"t1": {TaskID: "t1", Queue: "default", State: airlock.StateActive}}}
+	fc := &fakeClient{block: true, runs: map[string]*record.Run{"t1": {TaskID: "t1", Queue: "default", Principal: DefaultPrincipal, State: airlock.StateActive}}}
 	var mu sync.Mutex
 	var progress []string
 	copts := &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {

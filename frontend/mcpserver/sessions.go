@@ -173,11 +173,12 @@ func prefixField(field string, err error) error {
 }
 
 // ownSession returns session id when this server opened it (its principal,
-// one of its queues); any other is unknown here.
+// one of its queues); any other is unknown here, in the words of a
+// session that does not exist.
 func (s *server) ownSession(ctx context.Context, id string) (*airlock.Session, error) {
 	sess, in, err := s.c.Session(ctx, id)
 	if err == nil && (in.Principal != s.o.Principal || !slices.Contains(s.o.Queues, in.Queue)) {
-		err = &session.Error{Status: 404, Msg: fmt.Sprintf("no session %s of this server's", id)}
+		err = session.NotFound(id)
 	}
 	return sess, err
 }

@@ -38,7 +38,7 @@ const (
 )
 
 // AllSections is every section, the default of Options.Sections.
-var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch, SecStart, SecSession, SecAPI}
+var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch, SecStart, SecSession, SecAPI, SecFairness}
 
 // Options configure a run. Zero fields take the defaults.
 type Options struct {
@@ -120,8 +120,9 @@ type harness struct {
 	rdb          redis.UniversalClient
 	client       *airlock.Client
 	insp         *asynq.Inspector
-	prefix       string // "bench-<rand>": queues, run ids, keys
-	tmp          string // mode 0711; workspaces and stores below
+	bare         *asynq.Client // the baselines' enqueuer (enqueue.go)
+	prefix       string        // "bench-<rand>": queues, run ids, keys
+	tmp          string        // mode 0711; workspaces and stores below
 	uidLock      string
 	exe          string
 	root         bool
@@ -196,6 +197,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		opt: opt, sz: sizesFor(opt.N, opt.RSSTasks), rdb: rdb,
 		client: airlock.NewClient(rdb, airlock.ClientOptions{Retention: 2 * time.Hour}),
 		insp:   asynq.NewInspectorFromRedisClient(rdb),
+		bare:   asynq.NewClientFromRedisClient(rdb),
 		prefix: "bench-" + hex.EncodeToString(rb[:]),
 		exe:    opt.Exe, root: os.Geteuid() == 0, cores: cores,
 		uidLock: filepath.Join(os.TempDir(), "airlock-bench-uids"),
@@ -403,6 +405,15 @@ func (h *harness) run(ctx context.Context) error {
 			return fmt.Errorf("fetch: %w", err)
 		}
 		h.rep.Fetch = row
+	}
+	if h.want(SecFairness) {
+		for _, sys := range []string{systemBaseline, systemAirlock} {
+			row, err := h.fairness(ctx, sys)
+			if err != nil {
+				return fmt.Errorf("fairness %s: %w", sys, err)
+			}
+			h.rep.Fairness = append(h.rep.Fairness, row)
+		}
 	}
 	if h.opt.CPUProfile != "" {
 		if err := h.profile(ctx); err != nil {

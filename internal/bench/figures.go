@@ -55,6 +55,7 @@ type Report struct {
 	RSS        []RSSRow        `json:"rss,omitempty"`
 	Approvals  *ApprovalsRow   `json:"approvals,omitempty"`
 	Fetch      *FetchRow       `json:"fetch,omitempty"`
+	Fairness   []FairnessRow   `json:"fairness,omitempty"`
 	Start      []StartRow      `json:"start,omitempty"`
 	Session    *SessionReport  `json:"session,omitempty"`
 	API        *APIReport      `json:"api,omitempty"`

@@ -45,6 +45,7 @@ func counts(ctx context.Context, rdb redis.UniversalClient, queue string) (done,
 // goroutines, never more than maxAhead ahead of what is done.
 type feeder struct {
 	h      *harness
+	sys    string // whose server takes the tasks (harness.enqueue)
 	wl     workload
 	queue  string
 	total  int
@@ -53,8 +54,8 @@ type feeder struct {
 	runIDs string       // run id prefix
 }
 
-func (h *harness) newFeeder(wl workload, queue string, total int) *feeder {
-	return &feeder{h: h, wl: wl, queue: queue, total: total, runIDs: queue + "-"}
+func (h *harness) newFeeder(sys string, wl workload, queue string, total int) *feeder {
+	return &feeder{h: h, sys: sys, wl: wl, queue: queue, total: total, runIDs: queue + "-"}
 }
 
 // fill enqueues tasks until upto of them are enqueued (at most total).
@@ -83,7 +84,7 @@ func (f *feeder) fill(ctx context.Context, upto int) error {
 						}
 					}
 					spec := f.wl.spec(f.queue, f.runIDs+strconv.FormatInt(i, 10))
-					if _, err := f.h.client.Enqueue(ctx, spec); err != nil {
+					if err := f.h.enqueue(ctx, f.sys, spec); err != nil {
 						cancel()
 						return err
 					}
@@ -167,7 +168,7 @@ func (h *harness) timedRun(ctx context.Context, sys string, wl workload, conc in
 		return result{}, err
 	}
 	defer h.forget(srv, root)
-	f := h.newFeeder(wl, q, n)
+	f := h.newFeeder(sys, wl, q, n)
 	if err := f.fill(ctx, maxAhead); err != nil {
 		return result{}, fmt.Errorf("enqueue: %w", err)
 	}
@@ -336,7 +337,7 @@ func (h *harness) rss(ctx context.Context, sys string, conc int) (RSSRow, error)
 	}
 	wl := workload{name: "trivial", spec: trivialSpec}
 	total := h.sz.RSSWarmup + h.sz.RSS
-	f := h.newFeeder(wl, q, total)
+	f := h.newFeeder(sys, wl, q, total)
 	// Warm-up: the first tasks grow pools and caches to their working size.
 	if err := f.fill(ctx, h.sz.RSSWarmup); err != nil {
 		return row, err

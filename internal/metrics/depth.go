@@ -15,13 +15,25 @@ import (
 const DepthTimeout = 2 * time.Second
 
 // Queue states, the values of the state label of NameQueueTasks.
-var depthStates = [...]string{"pending", "active", "scheduled", "retry"}
+var depthStates = [...]string{"pending", "active", "scheduled", "retry", "held"}
+
+// heldScript counts the runs held in their principals' lines of a queue
+// (internal/redis/fairshare: asynq's groups). KEYS: the queue's groups
+// set. ARGV: the prefix of its groups' keys.
+var heldScript = redis.NewScript(`
+local n = 0
+for _, g in ipairs(redis.call("SMEMBERS", KEYS[1])) do
+  n = n + redis.call("ZCARD", ARGV[1] .. g)
+end
+return n
+`)
 
 // depthCollector exposes NameQueueTasks{queue, state} for the worker's
 // queues, read at each scrape and only then: one pipelined round trip of
 // four counts per queue (LLEN of pending and active, ZCARD of scheduled
 // and retry, asynq's own keys), never a poll of its own, so that an idle
-// worker that is not scraped costs Redis nothing more. The read is bounded
+// worker that is not scraped costs Redis nothing more. (Held runs are
+// counted by a script per queue, in the same round trip.) The read is bounded
 // by timeout (go-redis bounds a read by the client's read timeout, not by
 // a context's deadline: the read runs on a goroutine of its own); at most
 // one is in flight (a scrape while an earlier read still waits on Redis
@@ -40,7 +52,7 @@ type depthCollector struct {
 func newDepthCollector(queues []string, errs prometheus.Counter) *depthCollector {
 	return &depthCollector{
 		desc: prometheus.NewDesc(NameQueueTasks,
-			"Tasks in the worker's queues (-queues), by state: pending (waiting for a slot), active (running), scheduled (to run later), retry (waiting to be retried); read from asynq at each scrape, absent when Redis did not answer within 2s.",
+			"Tasks in the worker's queues (-queues), by state: pending (waiting for a slot), active (running), scheduled (to run later), retry (waiting to be retried), held (waiting in their principal's line: fair share); read from asynq at each scrape, absent when Redis did not answer within 2s.",
 			[]string{"queue", "state"}, nil),
 		queues: queues, timeout: DepthTimeout, errs: errs,
 	}
@@ -66,12 +78,14 @@ func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	done := make(chan [][len(depthStates)]int, 1)
 	go func() {
-		defer c.busy.Store(false)
 		d, err := c.read(*p)
 		if err != nil {
 			d = nil
 		}
-		done <- d
+		// Free before the answer: the next scrape, which may start as
+		// soon as this one has it, must not find this read in flight.
+		c.busy.Store(false)
+		done <- d // buffered: never blocks, even once the scrape gave up
 	}()
 	t := time.NewTimer(c.timeout)
 	defer t.Stop()
@@ -97,13 +111,15 @@ func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
 func (c *depthCollector) read(rdb redis.UniversalClient) ([][len(depthStates)]int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	counts := make([][len(depthStates)]*redis.IntCmd, len(c.queues))
+	counts := make([][len(depthStates) - 1]*redis.IntCmd, len(c.queues))
+	held := make([]*redis.Cmd, len(c.queues))
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range c.queues {
-			counts[i] = [len(depthStates)]*redis.IntCmd{ // as depthStates
+			counts[i] = [len(depthStates) - 1]*redis.IntCmd{ // as depthStates, held aside
 				p.LLen(ctx, asynqkey.Pending(q)), p.LLen(ctx, asynqkey.Active(q)),
 				p.ZCard(ctx, asynqkey.Scheduled(q)), p.ZCard(ctx, asynqkey.Retry(q)),
 			}
+			held[i] = heldScript.Eval(ctx, p, []string{asynqkey.Prefix(q) + "groups"}, asynqkey.Prefix(q)+"g:")
 		}
 		return nil
 	})
@@ -115,6 +131,8 @@ func (c *depthCollector) read(rdb redis.UniversalClient) ([][len(depthStates)]in
 		for j, cmd := range counts[i] {
 			out[i][j] = int(cmd.Val())
 		}
+		n, _ := held[i].Int64()
+		out[i][len(depthStates)-1] = int(n)
 	}
 	return out, nil
 }

@@ -45,12 +45,19 @@ func TestDepth(t *testing.T) {
 			rdb.ZAdd(ctx, key, redis.Z{Score: float64(i), Member: i})
 		}
 	}
+	// Runs held in two principals' lines (fairshare: asynq groups).
+	for g, n := range map[string]int{"p:x": 2, "p:": 1} {
+		rdb.SAdd(ctx, asynqkey.Prefix(a)+"groups", g)
+		for i := range n {
+			rdb.ZAdd(ctx, asynqkey.Prefix(a)+"g:"+g, redis.Z{Score: float64(i), Member: i})
+		}
+	}
 	m.SetRedis(rdb)
 	var want []string
 	for _, l := range []struct {
 		q, state string
 		n        int
-	}{{a, "active", 1}, {a, "pending", 3}, {a, "retry", 4}, {a, "scheduled", 2}, {b, "active", 0}, {b, "pending", 0}, {b, "retry", 0}, {b, "scheduled", 0}} {
+	}{{a, "active", 1}, {a, "held", 3}, {a, "pending", 3}, {a, "retry", 4}, {a, "scheduled", 2}, {b, "active", 0}, {b, "held", 0}, {b, "pending", 0}, {b, "retry", 0}, {b, "scheduled", 0}} {
 		want = append(want, fmt.Sprintf(`%s{queue="%s",state="%s"} %d`, NameQueueTasks, l.q, l.state, l.n))
 	}
 	slices.Sort(want)
@@ -191,8 +198,8 @@ func TestDepthRedis(t *testing.T) {
 	}
 	first, firstPipes := cc.n.Load(), cc.pipelines.Load()
 	scrape(t, m)
-	if per, pipes := cc.n.Load()-first, cc.pipelines.Load()-firstPipes; per != 8 || pipes != 1 {
-		t.Errorf("a scrape of 2 queues: %d Redis commands in %d pipelines, want 8 in one", per, pipes)
+	if per, pipes := cc.n.Load()-first, cc.pipelines.Load()-firstPipes; per != 10 || pipes != 1 {
+		t.Errorf("a scrape of 2 queues: %d Redis commands in %d pipelines, want 10 in one (4 counts and the held runs' script per queue)", per, pipes)
 	}
 	if n := testutil.ToFloat64(m.redisErrs.WithLabelValues(OpQueues)); n != 0 {
 		t.Errorf("errors: %v", n)

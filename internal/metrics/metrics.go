@@ -85,6 +85,7 @@ type Metrics struct {
 	redisErrs  *prometheus.CounterVec // op
 	startRetry prometheus.Counter
 	readyFail  prometheus.Counter
+	principals *principalSet // per principal (principals.go)
 
 	slots        atomic.Pointer[func() (busy, total int)]
 	pending      atomic.Pointer[func() (int64, error)]
@@ -98,6 +99,7 @@ type Metrics struct {
 // (-queues): the values of the queue label, each with its counters at 0.
 func New(version string, queues ...string) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry(), queues: map[string]*queueSet{}}
+	m.principals = newPrincipalSet(m.reg)
 	m.tasks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameTasks,
 		Help: "Attempts of runs this worker finished (the \"task end\" log line), by queue and the record's state and verdict.",
@@ -217,6 +219,11 @@ func (m *Metrics) SetSlots(f func() (busy, total int)) { m.slots.Store(&f) }
 func (m *Metrics) RunEnded(rec *record.Run) {
 	q := m.queueOf(rec.Queue)
 	q.task(rec.State, rec.Verdict).Inc()
+	queue := rec.Queue
+	if _, ok := m.queues[queue]; !ok {
+		queue = "" // as queueOf: a queue of no label of its own
+	}
+	m.principals.run(queue, rec)
 	q.taskDur.Observe(rec.DurationMS / 1000)
 	for i := range rec.Steps {
 		q.stepDur.Observe(rec.Steps[i].DurationMS / 1000)

@@ -36,6 +36,11 @@ func HandledFS(abi int) uint64 {
 	if abi >= 5 {
 		m |= unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
 	}
+	if abi >= 9 {
+		// connect(2) and sendmsg(2) to a pathname unix socket: allowed
+		// beneath a rule that grants it, or to a socket of the domain.
+		m |= unix.LANDLOCK_ACCESS_FS_RESOLVE_UNIX
+	}
 	return m
 }
 

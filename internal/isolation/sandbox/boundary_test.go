@@ -350,3 +350,19 @@ func TestStepCannotTamperWithHelper(t *testing.T) {
 		}
 	}
 }
+
+// TestProcLoadavgConstant: a step reads a constant in /proc/loadavg, not
+// the host's load averages and count of tasks, and can neither rewrite
+// nor chmod it.
+func TestProcLoadavgConstant(t *testing.T) {
+	needView(t)
+	s, _ := setup(t)
+	r, err := s.Run(context.Background(), step("sh", "-c",
+		"cat /proc/loadavg; echo '9.99 9.99 9.99 9/9 9' > /proc/loadavg || echo refused; chmod 666 /proc/loadavg || echo refused; cat /proc/loadavg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(r.Stdout.Data), procLoadavg+"refused\nrefused\n"+procLoadavg; got != want {
+		t.Errorf("/proc/loadavg in a step: %q, want %q (stderr %q)", got, want, r.Stderr.Data)
+	}
+}

@@ -33,6 +33,10 @@ type helperConfig struct {
 	UserNS    bool   `json:"user_ns"` // root of a new user namespace: drop capabilities for steps
 	View      bool   `json:"view"`    // with Namespace: build the view and pivot_root into it
 	Binds     []Bind `json:"binds,omitempty"`
+	// IDMap: the user namespace of the view's idmapping came as
+	// descriptor 4 (hostsockets.go); else NoIDMap says why none did.
+	IDMap   bool   `json:"idmap,omitempty"`
+	NoIDMap string `json:"no_idmap,omitempty"`
 	// Cgroups is how many descriptors of the slot's cgroup came with this
 	// message (see cgroup.Group.Join): with CgroupThread, tasks files the
 	// spawner thread joins once, so that steps are born in the group;
@@ -60,6 +64,7 @@ func init() {
 // returns. A binary that embeds a worker must call it at the top of main,
 // before flags are parsed.
 func MaybeHelper() {
+	maybeIDMapHolder()
 	if len(os.Args) < 2 || os.Args[1] != helperArg {
 		markInheritedCloexec()
 		return
@@ -79,6 +84,7 @@ type helper struct {
 	ipc    *ipcSweeper   // nil without an IPC namespace of our own
 	base   *baseline     // what steps must not change of the helper (tamper.go)
 	cgroup []int         // cgroup.procs of the slot's group, one per hierarchy
+	idmap  int           // the idmapping's user namespace until setup is over, or -1
 	// cgroupErr says why the spawner thread could not join the slot's
 	// group (enterSlotCgroup); the spawner then refuses every step.
 	cgroupErr string
@@ -114,8 +120,10 @@ func helperMain() error {
 	// for more (cmd/bench: about 0.2 ms less CPU per trivial task).
 	runtime.GOMAXPROCS(1)
 	// Whatever the worker inherited without close-on-exec came along;
-	// close it before anything else (3 is the control socket).
-	closeInherited(4)
+	// close it before anything else (3 is the control socket, 4 the
+	// idmapping's user namespace when the config says so: takeIDMap).
+	idmapHeld := holdIDMap()
+	closeInherited(idmapFD + 1)
 	// A step runs as our uid: no signal it sends may end us (signals.go).
 	if err := guardSignals(); err != nil {
 		return err
@@ -138,6 +146,7 @@ func helperMain() error {
 	if len(fds) != want {
 		return fmt.Errorf("config came with %d descriptors, want %d", len(fds), want)
 	}
+	h.idmap = h.takeIDMap(idmapHeld)
 	h.cgroup = fds[:h.cfg.Cgroups]
 	// The spawner's thread enters the slot's cgroup first, while we still
 	// have the worker's privileges, then waits for setup to confine itself.
@@ -150,6 +159,9 @@ func helperMain() error {
 	}()
 	<-entered
 	st, err := h.setup()
+	if h.idmap >= 0 {
+		unix.Close(h.idmap) // before any step is forked
+	}
 	if err != nil {
 		_ = writeMsg(h.conn, hello{Error: err.Error()}, nil)
 		return err
@@ -200,7 +212,7 @@ func (h *helper) setup() (Status, error) {
 			}
 			desc, err := buildView(viewConfig{
 				Workspace: h.cfg.Workspace, Base: parentDir(h.cfg.Workspace),
-				UID: uid, GID: gid, Binds: h.cfg.Binds,
+				UID: uid, GID: gid, Binds: h.cfg.Binds, IDMapFD: h.idmap, NoIDMap: h.cfg.NoIDMap,
 			})
 			if err != nil {
 				return st, fmt.Errorf("build the steps' root: %w", err)

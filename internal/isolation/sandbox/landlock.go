@@ -57,9 +57,10 @@ func hostReadable(binds []Bind, workspace string) []string {
 }
 
 // restrictThread confines the calling thread to rules; with ABI 6+ it also
-// scopes signals and abstract unix sockets to the domain. Paths that do
-// not exist are skipped. It returns a status for the record: "abi N
-// (...)" or "off: reason".
+// scopes signals and abstract unix sockets to the domain, and with ABI 9+
+// refuses pathname unix sockets outside the writable trees but those the
+// domain's own processes made. Paths that do not exist are skipped. It
+// returns a status for the record: "abi N (...)" or "off: reason".
 func restrictThread(rules landlockRules) string {
 	abi, err := LandlockABI()
 	if err != nil || abi < 1 {
@@ -78,6 +79,10 @@ func restrictThread(rules landlockRules) string {
 	if abi >= 6 {
 		scoped = unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
 		extras += ", signals and abstract sockets scoped"
+	}
+	if fs&unix.LANDLOCK_ACCESS_FS_RESOLVE_UNIX != 0 {
+		// Granted with every other right on the writable trees only.
+		extras += ", pathname sockets only in the workspace"
 	}
 	rs, err := confine.NewRuleset(abi, fs, net, scoped)
 	if err != nil {

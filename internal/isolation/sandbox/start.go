@@ -47,7 +47,21 @@ func (s *Slot) start() (err error) {
 		Egress: s.cfg.Egress != nil, Landlock: s.cfg.Landlock, UserNS: s.cfg.Namespaces && s.cfg.UserNS,
 		View: s.cfg.Namespaces && s.cfg.View, Binds: s.cfg.Binds,
 	}
+	var userns *os.File
+	switch {
+	case hc.View && hc.UserNS:
+		hc.NoIDMap = "no idmapped mounts in a user namespace: the worker is not root"
+	case hc.View:
+		var nsErr error
+		if userns, nsErr = idmapUserNS(); nsErr != nil {
+			hc.NoIDMap = nsErr.Error()
+		}
+		hc.IDMap = userns != nil
+	}
 	cmd := s.helperCmd(hc, theirs)
+	if userns != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, userns) // idmapFD
+	}
 	if err := s.fault("exec"); err != nil {
 		return fmt.Errorf("start slot helper: %w", err)
 	}

@@ -93,4 +93,17 @@ func TestUserNamespaceChild(t *testing.T) {
 	if strings.Join(lines, "|") != strings.Join(want, "|") {
 		t.Fatalf("got %q, want %q (stderr %q, landlock %s)", lines, want, r.Stderr.Data, s.Landlock())
 	}
+	// The step owns /proc/loadavg's file here (root of the namespace):
+	// only its read-only mount keeps it from rewriting it.
+	r, err = s.Run(context.Background(), step("sh", "-c", "chmod 666 /proc/loadavg || echo refused; echo 9 > /proc/loadavg || echo refused; cat /proc/loadavg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(r.Stdout.Data), "refused\nrefused\n"+procLoadavg; got != want {
+		t.Errorf("/proc/loadavg: %q, want %q (stderr %q)", got, want, r.Stderr.Data)
+	}
+	// No idmapped mounts in a user namespace: the record says so.
+	if root := s.Status().Root; !strings.HasSuffix(root, "; unix sockets the host makes in its trees reachable (no idmapped mounts in a user namespace: the worker is not root)") {
+		t.Errorf("root tier %q", root)
+	}
 }

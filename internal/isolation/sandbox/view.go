@@ -74,8 +74,9 @@ func ParseBind(s string) (Bind, error) {
 }
 
 // ParseBinds parses the -ro-bind values and refuses a source that holds a
-// unix socket: neither the view nor Landlock (up to ABI 7) keeps a step
-// from connecting to a socket it can see.
+// unix socket at start. A socket made there later is refused to steps by
+// the source's idmapped mount (hostsockets.go) or Landlock ABI 9, where
+// the worker has them; the record's root tier says where it has not.
 func ParseBinds(specs []string) ([]Bind, error) {
 	var out []Bind
 	for _, s := range specs {
@@ -155,6 +156,11 @@ type viewConfig struct {
 	Base      string // a directory of the worker's to mount the new root on (in our namespace only)
 	UID, GID  int    // the steps' identity inside the namespace, for passwd
 	Binds     []Bind
+	// IDMapFD is the user namespace the host's trees are idmapped with
+	// (hostsockets.go), or -1 (0, stdin, for none too); NoIDMap then says
+	// why there is none.
+	IDMapFD int
+	NoIDMap string
 }
 
 // tree is a detached copy of a host mount tree (open_tree), to attach in
@@ -219,7 +225,7 @@ const (
 	opMask                   // hide dst when it exists: a directory under an empty read-only tmpfs, a file under /dev/null
 	opReadOnly               // make the mount tree at dst read-only, no exec, when it exists
 	opSetattr                // set attrs on the mount at dst
-	opBindData               // bind a file holding data over dst, the file unlinked at once
+	opBindData               // bind a read-only file holding data over dst, the file unlinked at once
 	opPivot                  // make the view the root of the mount namespace
 )
 
@@ -237,6 +243,7 @@ type viewOp struct {
 	mode     os.FileMode
 	optional bool   // opBind: skip an absent source, recreate a symlink as one; opWrite: a failure is ignored
 	listed   bool   // opBind: named among the root tier's read-only trees when it is a tree
+	hostTree bool   // opBind: a tree of the host's, idmapped when it can be (hostsockets.go)
 	what     string // names the operation in an error (opBind: its copy's); else "view DST"
 	// Set by copySources, before the root's tmpfs covers the base: the
 	// copy to attach, or the symlink to recreate; neither for an absent
@@ -244,6 +251,9 @@ type viewOp struct {
 	tree   *tree
 	link   string
 	isLink bool
+	// idmapped: the tree is idmapped; else idmapErr says why not.
+	idmapped bool
+	idmapErr string
 }
 
 // viewOps is the whole view, as one list of operations: the root's tmpfs
@@ -259,7 +269,7 @@ func viewOps(c viewConfig) []viewOp {
 		{kind: opMount, src: "airlock-dev", dst: "/dev", fstype: "tmpfs", data: "mode=0755,size=64k,nr_inodes=64", flags: unix.MS_NOSUID | unix.MS_NOEXEC, what: "mount /dev"},
 	}
 	for _, d := range systemDirs {
-		ops = append(ops, viewOp{kind: opBind, src: d, dst: d, attrs: roAttrs, optional: true, listed: true})
+		ops = append(ops, viewOp{kind: opBind, src: d, dst: d, attrs: roAttrs, optional: true, listed: true, hostTree: true})
 	}
 	for _, pat := range etcEntries {
 		names := []string{filepath.Join("/etc", pat)}
@@ -270,7 +280,7 @@ func viewOps(c viewConfig) []viewOp {
 			if strings.HasPrefix(n, "/etc/chromium.d/") && !hostChromiumSetting(n) {
 				continue
 			}
-			ops = append(ops, viewOp{kind: opBind, src: n, dst: n, attrs: roAttrs, optional: true})
+			ops = append(ops, viewOp{kind: opBind, src: n, dst: n, attrs: roAttrs, optional: true, hostTree: true})
 		}
 	}
 	for _, d := range viewDevices {
@@ -281,7 +291,7 @@ func viewOps(c viewConfig) []viewOp {
 		if dst == "" {
 			dst = b.Src
 		}
-		ops = append(ops, viewOp{kind: opBind, src: b.Src, dst: dst, attrs: roAttrs, what: "-ro-bind " + b.String()})
+		ops = append(ops, viewOp{kind: opBind, src: b.Src, dst: dst, attrs: roAttrs, hostTree: true, what: "-ro-bind " + b.String()})
 	}
 	ops = append(ops, viewOp{kind: opBind, src: c.Workspace, dst: Workdir, attrs: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, what: "workspace"})
 
@@ -325,12 +335,19 @@ func viewOps(c viewConfig) []viewOp {
 	// task that they share a machine: a value of the slot's own instead
 	// (read-only with /proc/sys below).
 	ops = append(ops, viewOp{kind: opBindData, dst: "/proc/sys/kernel/random/boot_id", data: randomUUID() + "\n",
-		what: "mask /proc/sys/kernel/random/boot_id"})
+		what: "mask /proc/sys/kernel/random/boot_id"},
+		// The host's load averages and its count of tasks, which tell a
+		// step how busy the machine is: a constant.
+		viewOp{kind: opBindData, dst: "/proc/loadavg", data: procLoadavg, what: "mask /proc/loadavg"})
 	for _, name := range readonlyProc {
 		ops = append(ops, viewOp{kind: opReadOnly, dst: "/proc/" + name, what: "read-only /proc/" + name})
 	}
 	return append(ops, viewOp{kind: opPivot, dst: "/"})
 }
+
+// procLoadavg is what a step reads in /proc/loadavg: no load, one task
+// running of one, last pid 1.
+const procLoadavg = "0.00 0.00 0.00 1/1 1\n"
 
 // viewLinks are the view's symlinks: /dev's and /tmp.
 var viewLinks = [][2]string{
@@ -346,7 +363,7 @@ var viewLinks = [][2]string{
 // leaves unattached are descriptors (close-on-exec) that die with it.
 func buildView(c viewConfig) (string, error) {
 	ops := viewOps(c)
-	if err := copySources(ops); err != nil {
+	if err := copySources(ops, c.IDMapFD); err != nil {
 		return "", err
 	}
 	for i := range ops {
@@ -371,19 +388,19 @@ func buildView(c viewConfig) (string, error) {
 		}
 		desc += "; -ro-bind " + strings.Join(bs, " ")
 	}
-	return desc, nil
+	return desc + "; " + socketsTier(ops, c.NoIDMap), nil
 }
 
 // copySources copies the source of every opBind, while the host's tree is
 // in place: the workspace lies below the base, which the root's tmpfs
-// covers.
-func copySources(ops []viewOp) error {
+// covers. With userns (a descriptor above 0), it idmaps the host's trees.
+func copySources(ops []viewOp, userns int) error {
 	for i := range ops {
 		op := &ops[i]
 		if op.kind != opBind {
 			continue
 		}
-		err := op.copySource()
+		err := op.copySource(userns)
 		if err != nil && op.what != "" {
 			err = fmt.Errorf("%s: %w", op.what, err)
 		}
@@ -394,13 +411,21 @@ func copySources(ops []viewOp) error {
 	return nil
 }
 
-func (op *viewOp) copySource() error {
+func (op *viewOp) copySource(userns int) error {
 	fi, err := os.Lstat(op.src)
 	if err != nil {
 		if op.optional && errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
 		return err
+	}
+	if fi.Mode()&os.ModeSocket != 0 && op.hostTree {
+		// A socket bound by itself would be reachable whatever the
+		// idmapping: none (checked at every helper start).
+		if op.optional {
+			return nil
+		}
+		return fmt.Errorf("%s is a unix socket: a step could connect to it", op.src)
 	}
 	if fi.Mode()&os.ModeSymlink != 0 && op.optional {
 		if op.link, err = os.Readlink(op.src); err != nil {
@@ -414,6 +439,13 @@ func (op *viewOp) copySource() error {
 		return err
 	}
 	op.tree = &t
+	if t.dir && op.hostTree && userns > 0 {
+		if err := t.idmap(userns); err != nil {
+			op.idmapErr = err.Error()
+		} else {
+			op.idmapped = true
+		}
+	}
 	return nil
 }
 
@@ -471,6 +503,11 @@ func (op *viewOp) run(base string) error {
 			return err
 		}
 		err := unix.Mount(f, p, "", unix.MS_BIND, "")
+		if err == nil {
+			// Read-only: a step that owns the file (root of a user
+			// namespace) could otherwise chmod and rewrite it.
+			err = unix.MountSetattr(unix.AT_FDCWD, p, 0, &unix.MountAttr{Attr_set: roAttrs | unix.MOUNT_ATTR_NOEXEC})
+		}
 		if rmErr := os.Remove(f); err == nil {
 			err = rmErr
 		}

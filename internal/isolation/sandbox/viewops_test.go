@@ -55,8 +55,10 @@ func TestViewOps(t *testing.T) {
 			t.Errorf("/proc/%s read-only at %d, before /proc is mounted (%d)", name, i, proc)
 		}
 	}
-	if i := index(opBindData, "/proc/sys/kernel/random/boot_id"); i < proc {
-		t.Error("boot_id not replaced after /proc is mounted")
+	for _, dst := range []string{"/proc/sys/kernel/random/boot_id", "/proc/loadavg"} {
+		if i := index(opBindData, dst); i < proc {
+			t.Errorf("%s not replaced after /proc is mounted", dst)
+		}
 	}
 	if index(opBind, "/opt/tool") < 0 || index(opBind, "/venv") < 0 || index(opBind, Workdir) < 0 {
 		t.Error("an operator's bind or the workspace is missing")

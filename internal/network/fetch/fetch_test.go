@@ -225,6 +225,12 @@ func TestFetchRedirectRefused(t *testing.T) {
 		"http://127.0.0.2:" + port + "/",
 		"http://10.0.0.1/",
 		"http://2130706433:" + port + "/",
+		// IPv6 spellings of a loopback or private IPv4 address (issue 31):
+		// refused before dialing, not a "no route" after.
+		"http://[::127.0.0.1]:" + port + "/",
+		"http://[::ffff:0:127.0.0.1]:" + port + "/",
+		"http://[2002:7f00:1::]:" + port + "/",
+		"http://[::10.0.0.1]/",
 	} {
 		t.Run(to, func(t *testing.T) {
 			srv := testServer(t, func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, to, http.StatusFound) })

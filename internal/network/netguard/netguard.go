@@ -8,10 +8,12 @@
 // (RFC 1918), link-local (169.254.0.0/16, the cloud metadata address
 // included), CGNAT (100.64.0.0/10), multicast, unspecified, broadcast,
 // reserved and documentation ranges, IPv6 loopback, ULA, link-local and
-// multicast, and IPv4-mapped or NAT64 forms of any of them. Numeric host
-// spellings other than canonical dotted quads and bracketed IPv6
-// (2130706433, 0x7f.1, 127.1) are refused outright: resolvers disagree on
-// what they mean.
+// multicast, every IPv6 spelling of a refused IPv4 address (mapped
+// ::ffff:a.b.c.d, compatible ::a.b.c.d, translated ::ffff:0:a.b.c.d, 6to4,
+// Teredo), and NAT64 (64:ff9b::/96, 64:ff9b:1::/48) whatever it holds.
+// Numeric host spellings other than canonical dotted quads and bracketed
+// IPv6 (2130706433, 0x7f.1, 127.1) are refused outright: resolvers
+// disagree on what they mean.
 //
 // An operator's rule opens exactly what it names: an IP or CIDR opens those
 // addresses, refused ranges included; a host name opens that host at
@@ -229,11 +231,12 @@ func isRefused(a netip.Addr) bool {
 			return true
 		}
 	}
-	// NAT64 and 6to4 encodings of a refused IPv4 address.
-	if a.Is6() {
-		b := a.As16()
-		if b[0] == 0x20 && b[1] == 0x02 { // 2002::/16 (6to4)
-			return isRefused(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}))
+	// An IPv6 spelling of a refused IPv4 address (IPv4-compatible,
+	// -translated, NAT64, 6to4, Teredo: addrForms) is refused as that
+	// address is; the IPv4-mapped one was unmapped by the caller.
+	for _, v4 := range addrForms(a)[1:] {
+		if isRefused(v4) {
+			return true
 		}
 	}
 	return false

@@ -25,7 +25,8 @@ import (
 //     range routed to the host itself), read at each check.
 //
 // Each form of an address is checked: IPv4-mapped (::ffff:a.b.c.d),
-// IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96) and 6to4 (2002::/16)
+// IPv4-compatible (::a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d), NAT64
+// (64:ff9b::/96), 6to4 (2002::/16) and Teredo (2001::/32)
 // spellings stand for the IPv4 address they hold. A server whose name has
 // never resolved, or whose local addresses cannot be read, is refused on
 // its port at every address: where it is cannot be told.
@@ -207,13 +208,17 @@ func isLocal(a netip.Addr, local []netip.Prefix) bool {
 }
 
 var (
-	nat64   = netip.MustParsePrefix("64:ff9b::/96")
-	compat4 = netip.MustParsePrefix("::/96")
-	sixTo4  = netip.MustParsePrefix("2002::/16")
+	nat64      = netip.MustParsePrefix("64:ff9b::/96")
+	compat4    = netip.MustParsePrefix("::/96")
+	translated = netip.MustParsePrefix("::ffff:0:0:0/96")
+	sixTo4     = netip.MustParsePrefix("2002::/16")
+	teredo     = netip.MustParsePrefix("2001::/32")
 )
 
-// addrForms returns a (unmapped) and the IPv4 address an IPv6 spelling
-// holds, if any: IPv4-compatible, NAT64 or 6to4.
+// addrForms returns a (unmapped) and the IPv4 addresses an IPv6 spelling
+// holds, if any: IPv4-compatible (::a.b.c.d), IPv4-translated
+// (::ffff:0:a.b.c.d), NAT64 (64:ff9b::a.b.c.d), 6to4 (2002:AABB:CCDD::)
+// or Teredo (2001:0:server:…:client, the client's bits inverted).
 func addrForms(a netip.Addr) []netip.Addr {
 	a = a.Unmap().WithZone("")
 	if !a.Is6() {
@@ -221,10 +226,13 @@ func addrForms(a netip.Addr) []netip.Addr {
 	}
 	b := a.As16()
 	switch {
-	case nat64.Contains(a), compat4.Contains(a) && !a.IsUnspecified() && !a.IsLoopback():
+	case nat64.Contains(a), translated.Contains(a), compat4.Contains(a) && !a.IsUnspecified() && !a.IsLoopback():
 		return []netip.Addr{a, netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})}
 	case sixTo4.Contains(a):
 		return []netip.Addr{a, netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})}
+	case teredo.Contains(a):
+		return []netip.Addr{a, netip.AddrFrom4([4]byte{b[4], b[5], b[6], b[7]}),
+			netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]})}
 	}
 	return []netip.Addr{a}
 }

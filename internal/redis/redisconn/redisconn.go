@@ -66,8 +66,11 @@ type Config struct {
 	TLS                                    *tls.Config
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	PoolSize                               int
-	ClientName                             string
-	raw                                    string
+	// MaxIdleConns bounds the idle connections the pool keeps (0: no
+	// bound beyond PoolSize): a pool sized for bursts gives the rest back.
+	MaxIdleConns int
+	ClientName   string
+	raw          string
 }
 
 // ErrURL is what every parse error matches.
@@ -296,6 +299,7 @@ func (c *Config) Client() redis.UniversalClient {
 		ReadTimeout:   c.ReadTimeout,
 		WriteTimeout:  c.WriteTimeout,
 		PoolSize:      c.PoolSize,
+		MaxIdleConns:  c.MaxIdleConns,
 		ClientName:    c.ClientName,
 		IsClusterMode: c.Kind == Cluster,
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/airlock-run/airlock/internal/redis/fairshare"
 	"github.com/airlock-run/airlock/internal/redis/queuepolicy"
 	"github.com/airlock-run/airlock/internal/redis/redisconn"
 )
@@ -38,11 +39,13 @@ func deleteQueue(url, q string) error {
 			return fmt.Errorf("deleting the asynq queue: %w", err)
 		}
 	}
-	if err := c.Del(ctx, queuepolicy.Key("", q), queuepolicy.GrantsKey("", q), queuepolicy.ActionsKey("", q), queuepolicy.WorkersKey("", q)).Err(); err != nil {
+	if err := c.Del(ctx, queuepolicy.Key("", q), queuepolicy.GrantsKey("", q), queuepolicy.ActionsKey("", q), queuepolicy.WorkersKey("", q), fairshare.QuotasKey("", q)).Err(); err != nil {
 		return fmt.Errorf("deleting the queue's policy: %w", err)
 	}
-	if err := DeleteMatching(ctx, c, "asynq:{"+q+"}:*"); err != nil {
-		return fmt.Errorf("deleting the queue's keys: %w", err)
+	for _, pattern := range []string{"asynq:{" + q + "}:*", "airlock:fair:{" + q + "}:*"} {
+		if err := DeleteMatching(ctx, c, pattern); err != nil {
+			return fmt.Errorf("deleting the queue's keys: %w", err)
+		}
 	}
 	return nil
 }

@@ -28,8 +28,9 @@ func ServePromoted(t testing.TB, queue, dir string, publishedTo func(where, runI
 	t.Helper()
 	Serve(t, queue, func(ctx context.Context, task *asynq.Task) error {
 		var s struct {
-			RunID string `json:"run_id"`
-			Queue string `json:"queue"`
+			RunID     string `json:"run_id"`
+			Queue     string `json:"queue"`
+			Principal string `json:"principal"`
 		}
 		if err := json.Unmarshal(task.Payload(), &s); err != nil {
 			return err
@@ -52,7 +53,7 @@ func ServePromoted(t testing.TB, queue, dir string, publishedTo func(where, runI
 		if publishedTo != nil {
 			where = publishedTo(where, s.RunID, id)
 		}
-		b, err := json.Marshal(record.Run{TaskID: id, RunID: s.RunID, Queue: s.Queue, State: record.StatePromoted,
+		b, err := json.Marshal(record.Run{TaskID: id, RunID: s.RunID, Queue: s.Queue, Principal: s.Principal, State: record.StatePromoted,
 			Verdict: record.VerdictOK, Attempt: 1, Steps: []record.Step{}, PublishedTo: where})
 		if err != nil {
 			return err
@@ -65,8 +66,9 @@ func ServePromoted(t testing.TB, queue, dir string, publishedTo func(where, runI
 // PromotedElsewhere serves queue as ServePromoted does, with records that
 // say the output is in /nonexistent/store (where a worker on another
 // machine sees its store, which this process does not), enqueues one run
-// r1, waits for it and returns its task id: its output is in dir.
-func PromotedElsewhere(t testing.TB, queue, dir string) string {
+// r1 of principal (whose front end may read it), waits for it and returns
+// its task id: its output is in dir.
+func PromotedElsewhere(t testing.TB, queue, dir, principal string) string {
 	t.Helper()
 	ServePromoted(t, queue, dir, func(_, runID, taskID string) string {
 		return filepath.Join("/nonexistent/store", runID, taskID)
@@ -74,7 +76,7 @@ func PromotedElsewhere(t testing.TB, queue, dir string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := airlock.NewClient(Client(t), airlock.ClientOptions{})
-	e, err := c.Enqueue(ctx, &tasks.Spec{Version: tasks.Version, Queue: queue, RunID: "r1", Steps: []tasks.Step{{Run: []string{"true"}}}})
+	e, err := c.Enqueue(ctx, &tasks.Spec{Version: tasks.Version, Queue: queue, RunID: "r1", Principal: principal, Steps: []tasks.Step{{Run: []string{"true"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

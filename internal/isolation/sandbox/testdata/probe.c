@@ -58,6 +58,56 @@ static long unix_connect(const char *path) {
 	return rc;
 }
 
+/* unix_dgram sends one datagram to the unix socket at path. */
+static long unix_dgram(const char *path) {
+	int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+	if (fd < 0)
+		return -1;
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+	long rc = sendto(fd, "x", 1, 0, (struct sockaddr *)&a, sizeof a);
+	int e = errno;
+	close(fd);
+	errno = e;
+	return rc;
+}
+
+/* unix_read connects to the unix socket at path and prints what it reads
+ * first: "read:<path> ok-<letters and digits read>", or the errno. */
+static void unix_read(const char *path) {
+	char buf[64];
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		printf("read:%s %s\n", path, strerrorname_np(errno));
+		return;
+	}
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	int k = 0;
+	for (ssize_t i = 0; i < n; i++)
+		if ((buf[i] >= 'a' && buf[i] <= 'z') || (buf[i] >= 'A' && buf[i] <= 'Z') || (buf[i] >= '0' && buf[i] <= '9'))
+			buf[k++] = buf[i];
+	buf[k] = 0;
+	printf("read:%s ok-%s\n", path, buf);
+}
+
+/* unix_self listens on a unix socket it makes at path, connects to it and
+ * accepts: a step's own socket. */
+static long unix_self(const char *path) {
+	int l = socket(AF_UNIX, SOCK_STREAM, 0), c = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+	unlink(path);
+	if (l < 0 || c < 0 || bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 1) < 0 ||
+	    connect(c, (struct sockaddr *)&a, sizeof a) < 0)
+		return -1;
+	long rc = accept(l, NULL, NULL);
+	unlink(path);
+	return rc;
+}
+
 /* forge sends every signal, 1 to 64, to every thread of the slot's helper
  * (PID 1 of the step's namespace) in every way a process of the same uid
  * can: rt_tgsigqueueinfo and rt_sigqueueinfo with each negative si_code a
@@ -209,7 +259,12 @@ int main(int argc, char **argv) {
 		else if (!strncmp(c, "connect=", 8)) {
 			printf("connect ");
 			report(c + 8, unix_connect(c + 8));
-		} else if (!strcmp(c, "shm-make"))
+		} else if (!strncmp(c, "dgram=", 6))
+			report(c, unix_dgram(c + 6));
+		else if (!strncmp(c, "read=", 5))
+			unix_read(c + 5);
+		else if (!strncmp(c, "unix-self=", 10))
+			report(c, unix_self(c + 10)); else if (!strcmp(c, "shm-make"))
 			report(c, shmget(IPCKEY, 1 << 20, IPC_CREAT | 0600));
 		else if (!strcmp(c, "shm-find"))
 			report(c, shmget(IPCKEY, 0, 0));

@@ -1,0 +1,236 @@
+// Package fairshare is how one queue is shared between its principals: the
+// admission of a run against its principal's quota (the risk policy's
+// quotas: section, which workers publish per queue), and the fair share of
+// the queue's workers between principals.
+//
+// Every run enters its queue held, in its principal's group (an asynq
+// group no aggregator serves: asynq keeps it, in order, until released),
+// and Admit releases it into the queue's pending list (asynq's) only while
+// its principal has fewer than Window runs waiting there: a principal
+// that queued 10,000 runs has two in the queue at any time, the others
+// held in its own line, so that a run of another principal waits behind
+// at most Window runs of each principal with a backlog, never behind the
+// whole backlog. Each time one of a principal's runs starts (or, under
+// max_active, ends), the worker releases its next (Release); a sweep
+// (Sweep) catches what a crash left.
+//
+// Under max_active, a principal's runs are released only while those it
+// has waiting or running are fewer: the bound holds for every API server
+// and worker together, since each release is one script in the queue's
+// Redis Cluster slot. Admit refuses a run, and deletes it, past
+// runs_per_minute, max_sessions or max_queued, in the same script.
+package fairshare
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/redis/asynqkey"
+	"github.com/airlock-run/airlock/internal/redis/wake"
+	"github.com/airlock-run/airlock/policy"
+)
+
+// Window is how many runs of one principal wait in a queue's pending list
+// at most (released, not yet taken by a worker): a run of another
+// principal waits behind at most this many of each.
+const Window = 2
+
+// SweepEvery is how often a worker sweeps its queues (Sweep).
+const SweepEvery = 10 * time.Second
+
+// groupPrefix starts the asynq group of a principal's held runs.
+const groupPrefix = "p:"
+
+// Group is the asynq group (asynq.Group) a run of principal is enqueued
+// in: "p:" and the principal ("p:" for a run that names none).
+func Group(principal string) string { return groupPrefix + principal }
+
+// ErrQuota is what a *QuotaError matches (errors.Is): a principal's quota
+// refused the call.
+var ErrQuota = errors.New("quota exceeded")
+
+// QuotaError is a refusal of a principal's quota.
+type QuotaError struct {
+	Quota      string        // the quota's name, as policy's quotas: section spells it (max_queued...)
+	Principal  string        // who was refused ("" for a run naming none)
+	Queue      string        // the queue whose workers published the quota ("" for a per-server bound)
+	Limit      int64         // the quota's value
+	RetryAfter time.Duration // when trying again may succeed
+}
+
+func (e *QuotaError) Error() string {
+	who := "principal " + strconv.Quote(e.Principal)
+	if e.Principal == "" {
+		who = "a run naming no principal"
+	}
+	where := ""
+	if e.Queue != "" {
+		where = fmt.Sprintf(" in queue %q", e.Queue)
+	}
+	return fmt.Sprintf("quota %s: %s holds its %d%s; try again in %s (the operator sets quotas in the worker's policy file, quotas: section)",
+		e.Quota, who, e.Limit, where, e.RetryAfter)
+}
+
+// Is makes a *QuotaError match ErrQuota.
+func (e *QuotaError) Is(target error) bool { return target == ErrQuota }
+
+// keys are the keys of a queue and principal the scripts use.
+type keys struct {
+	group, groups, pending, claim, sessions, quotas string
+	rpm, taskPrefix, gname, wake                    string
+}
+
+func keysOf(prefix, queue, principal string) keys {
+	if prefix == "" {
+		prefix = events.DefaultPrefix
+	}
+	g := Group(principal)
+	ap := asynqkey.Prefix(queue)
+	fair := prefix + "fair:{" + queue + "}:"
+	return keys{
+		group: ap + "g:" + g, groups: ap + "groups", pending: asynqkey.Pending(queue),
+		claim: fair + "claim:" + principal, sessions: fair + "sessions:" + principal, rpm: fair + "rpm:" + principal + ":",
+		quotas:     QuotasKey(prefix, queue),
+		taskPrefix: ap + "t:", gname: g, wake: wake.Channel(prefix, queue),
+	}
+}
+
+// QuotasKey is the hash that holds the quotas published for queue:
+// <prefix>quotas:{<queue>}, in the queue's Redis Cluster slot.
+func QuotasKey(prefix, queue string) string {
+	if prefix == "" {
+		prefix = events.DefaultPrefix
+	}
+	return prefix + "quotas:{" + queue + "}"
+}
+
+// Admit admits run taskID of principal, just enqueued held in queue
+// (asynq.Group(Group(principal))), and releases what its share allows; or
+// refuses it past its quota, deleting the task: the error is then a
+// *QuotaError. session: the run opens a session (max_sessions).
+func Admit(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, taskID string, session bool) error {
+	k := keysOf(prefix, queue, principal)
+	now := time.Now()
+	minute := now.Unix() / 60
+	sess := "0"
+	if session {
+		sess = "1"
+	}
+	res, err := admitScript.Run(ctx, rdb,
+		[]string{k.group, k.groups, k.pending, k.claim, k.sessions, k.quotas, k.rpm + strconv.FormatInt(minute, 10), k.rpm + strconv.FormatInt(minute-1, 10)},
+		k.taskPrefix, k.gname, principal, taskID, now.UnixMilli(), now.UnixNano(), Window, sess, k.wake, now.UnixMilli()%60000).Slice()
+	if err != nil {
+		return fmt.Errorf("fairshare: admitting run %s of queue %q: %w", taskID, queue, err)
+	}
+	if len(res) == 4 {
+		name, _ := res[1].(string)
+		limit, _ := res[2].(int64)
+		after, _ := res[3].(int64)
+		return &QuotaError{Quota: name, Principal: principal, Queue: queue, Limit: limit, RetryAfter: time.Duration(after) * time.Second}
+	}
+	return nil
+}
+
+// Release releases what principal's share of queue allows once one of its
+// runs started (done ""), or ended for good (done: its task id, which no
+// longer counts against max_active); it returns how many runs it
+// released.
+func Release(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, done string) (int, error) {
+	k := keysOf(prefix, queue, principal)
+	now := time.Now()
+	n, err := releaseScript.Run(ctx, rdb, []string{k.group, k.groups, k.pending, k.claim, k.quotas},
+		k.taskPrefix, k.gname, principal, done, now.UnixMilli(), now.UnixNano(), Window, k.wake).Int()
+	if err != nil {
+		return 0, fmt.Errorf("fairshare: releasing runs of principal %q in queue %q: %w", principal, queue, err)
+	}
+	return n, nil
+}
+
+// Sweep releases what each principal holding runs in queue may have
+// waiting: after a crash, a canceled run or a task deleted by hand, no
+// start or end of the principal's runs may come to release them. One
+// SMEMBERS, and one script per principal that holds runs.
+func Sweep(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
+	groups, err := rdb.SMembers(ctx, asynqkey.Prefix(queue)+"groups").Result()
+	if err != nil {
+		return fmt.Errorf("fairshare: listing the principals holding runs in queue %q: %w", queue, err)
+	}
+	for _, g := range groups {
+		p, ok := strings.CutPrefix(g, groupPrefix)
+		if !ok {
+			continue
+		}
+		if _, err := Release(ctx, rdb, prefix, queue, p, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxQuotaBytes bounds one principal's published quota as it is read.
+const maxQuotaBytes = 4 << 10
+
+// PublishQuotas stores quotas (policy.Policy.Quotas) as the quotas of each
+// queue, replacing what an earlier worker published (the last worker to
+// start wins, as for grants); none deletes them: no quota.
+func PublishQuotas(ctx context.Context, rdb redis.UniversalClient, prefix string, queues []string, quotas map[string]policy.Quota) error {
+	vals := make([]any, 0, 2*len(quotas))
+	for p, q := range quotas {
+		b, err := json.Marshal(q)
+		if err != nil {
+			return fmt.Errorf("fairshare: encoding the quota of %q: %w", p, err)
+		}
+		vals = append(vals, p, b)
+	}
+	for _, queue := range queues {
+		key := QuotasKey(prefix, queue)
+		_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, key)
+			if len(vals) > 0 {
+				p.HSet(ctx, key, vals...)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("fairshare: publishing the quotas of queue %q: %w", queue, err)
+		}
+	}
+	return nil
+}
+
+// LoadQuota returns the quota published for principal in queue: its own,
+// else "*"'s, else none (a zero Quota).
+func LoadQuota(ctx context.Context, rdb redis.UniversalClient, prefix, queue, principal string) (policy.Quota, error) {
+	key := QuotasKey(prefix, queue)
+	fields := []string{policy.AnyPrincipal}
+	if principal != "" {
+		fields = []string{principal, policy.AnyPrincipal}
+	}
+	vals, err := rdb.HMGet(ctx, key, fields...).Result()
+	if err != nil {
+		return policy.Quota{}, fmt.Errorf("fairshare: loading the quota of %q in queue %q: %w", principal, queue, err)
+	}
+	for _, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			continue
+		}
+		var q policy.Quota
+		if len(s) > maxQuotaBytes {
+			return policy.Quota{}, fmt.Errorf("fairshare: %s holds a quota of %d bytes, more than a worker publishes (delete it, then restart the queue's workers)", key, len(s))
+		}
+		if err := json.Unmarshal([]byte(s), &q); err != nil {
+			return policy.Quota{}, fmt.Errorf("fairshare: %s does not hold quotas: %w (delete it, then restart the queue's workers)", key, err)
+		}
+		return q, nil
+	}
+	return policy.Quota{}, nil
+}

@@ -1,0 +1,268 @@
+package fairshare_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/airlock-run/airlock/internal/redis/asynqkey"
+	"github.com/airlock-run/airlock/internal/redis/fairshare"
+	"github.com/airlock-run/airlock/internal/testkit/redistest"
+	"github.com/airlock-run/airlock/policy"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.GoleakOptions()...) }
+
+// fixture is a queue of the shared Redis, its tasks enqueued as the
+// client does: held in their principal's group, then admitted.
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	rdb   redis.UniversalClient
+	c     *asynq.Client
+	queue string
+	n     int
+}
+
+func newFixture(t *testing.T, quotas map[string]policy.Quota) *fixture {
+	rdb := redistest.Client(t)
+	f := &fixture{t: t, ctx: context.Background(), rdb: rdb, c: asynq.NewClientFromRedisClient(rdb), queue: redistest.Queue(t)}
+	t.Cleanup(func() { _ = f.c.Close() })
+	if err := fairshare.PublishQuotas(f.ctx, rdb, "", []string{f.queue}, quotas); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// enqueue enqueues and admits a run of principal: its task id, and the
+// admission's error.
+func (f *fixture) enqueue(principal string, session bool) (string, error) {
+	f.t.Helper()
+	f.n++
+	id := fmt.Sprintf("%s-%d", principal, f.n)
+	_, err := f.c.EnqueueContext(f.ctx, asynq.NewTask("run", nil), asynq.Queue(f.queue), asynq.TaskID(id), asynq.Group(fairshare.Group(principal)))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return id, fairshare.Admit(f.ctx, f.rdb, "", f.queue, principal, id, session)
+}
+
+// pending lists the queue's pending tasks, oldest (next to run) first.
+func (f *fixture) pending() []string {
+	f.t.Helper()
+	ids, err := f.rdb.LRange(f.ctx, asynqkey.Pending(f.queue), 0, -1).Result()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	slices.Reverse(ids)
+	return ids
+}
+
+// take moves the next pending task to active as a worker's dequeue does,
+// and returns it.
+func (f *fixture) take() string {
+	f.t.Helper()
+	id, err := f.rdb.RPopLPush(f.ctx, asynqkey.Pending(f.queue), asynqkey.Active(f.queue)).Result()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.setState(id, "active")
+	return id
+}
+
+func (f *fixture) setState(id, state string) {
+	f.t.Helper()
+	if err := f.rdb.HSet(f.ctx, asynqkey.Task(f.queue, id), "state", state).Err(); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) release(principal, done string) int {
+	f.t.Helper()
+	n, err := fairshare.Release(f.ctx, f.rdb, "", f.queue, principal, done)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+// TestBacklogWaitsInItsOwnLine: 20 runs of a, then one of b: b's is in
+// the queue behind two of a's, not twenty; as a's runs start, a's next
+// ones come in, in order.
+func TestBacklogWaitsInItsOwnLine(t *testing.T) {
+	f := newFixture(t, nil)
+	for range 20 {
+		if _, err := f.enqueue("a", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := f.enqueue("b", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.pending(), []string{"a-1", "a-2", b}; !slices.Equal(got, want) {
+		t.Fatalf("pending %v, want %v", got, want)
+	}
+	if got := f.take(); got != "a-1" {
+		t.Fatalf("took %s first", got)
+	}
+	if n := f.release("a", ""); n != 1 {
+		t.Errorf("a's run started: %d released, want 1", n)
+	}
+	if got, want := f.pending(), []string{"a-2", b, "a-3"}; !slices.Equal(got, want) {
+		t.Fatalf("pending %v, want %v", got, want)
+	}
+	if st, _ := f.rdb.HGet(f.ctx, asynqkey.Task(f.queue, "a-3"), "state").Result(); st != "pending" {
+		t.Errorf("released task's state %q", st)
+	}
+	held, _ := f.rdb.ZCard(f.ctx, asynqkey.Prefix(f.queue)+"g:"+fairshare.Group("a")).Result()
+	if held != 17 {
+		t.Errorf("a holds %d runs, want 17", held)
+	}
+	if ok, _ := f.rdb.SIsMember(f.ctx, asynqkey.Prefix(f.queue)+"groups", fairshare.Group("b")).Result(); ok {
+		t.Error("b holds nothing, yet its group is listed")
+	}
+}
+
+// TestMaxActive: under max_active 1, one run of a is released at a time,
+// the next only once it ended for good; b is not bound by a's quota.
+func TestMaxActive(t *testing.T) {
+	f := newFixture(t, map[string]policy.Quota{"a": {MaxActive: 1}})
+	for range 3 {
+		if _, err := f.enqueue("a", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.enqueue("b", false)
+	f.enqueue("b", false)
+	if got, want := f.pending(), []string{"a-1", "b-4", "b-5"}; !slices.Equal(got, want) {
+		t.Fatalf("pending %v, want %v", got, want)
+	}
+	id := f.take()
+	if n := f.release("a", ""); n != 0 {
+		t.Errorf("a's run started under max_active 1: %d released, want 0", n)
+	}
+	// A retry of the run still counts: it will run again.
+	f.setState(id, "retry")
+	if n := f.release("a", ""); n != 0 {
+		t.Errorf("a's run waits for a retry: %d released, want 0", n)
+	}
+	f.setState(id, "active")
+	if n := f.release("a", id); n != 1 {
+		t.Errorf("a's run ended: %d released, want 1", n)
+	}
+	if got, want := f.pending(), []string{"b-4", "b-5", "a-2"}; !slices.Equal(got, want) {
+		t.Fatalf("pending %v, want %v", got, want)
+	}
+}
+
+// TestRefusals: each admission quota refuses past its value, names itself,
+// and leaves nothing of the refused run; another principal is not bound.
+func TestRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		quota   policy.Quota
+		name    string
+		session bool
+		admits  int
+	}{
+		{policy.Quota{MaxQueued: 3}, policy.QuotaMaxQueued, false, 3},
+		{policy.Quota{RunsPerMinute: 2}, policy.QuotaRunsPerMinute, false, 2},
+		{policy.Quota{MaxSessions: 1}, policy.QuotaMaxSessions, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, map[string]policy.Quota{"a": tc.quota, policy.AnyPrincipal: {MaxQueued: 100}})
+			for i := range tc.admits {
+				if _, err := f.enqueue("a", tc.session); err != nil {
+					t.Fatalf("admission %d: %v", i+1, err)
+				}
+			}
+			id, err := f.enqueue("a", tc.session)
+			var qe *fairshare.QuotaError
+			if !errors.As(err, &qe) || !errors.Is(err, fairshare.ErrQuota) {
+				t.Fatalf("admission past the quota: %v, want a *QuotaError", err)
+			}
+			if qe.Quota != tc.name || qe.Principal != "a" || qe.Queue != f.queue || qe.RetryAfter <= 0 || qe.RetryAfter > 2*time.Minute {
+				t.Errorf("refusal %+v", qe)
+			}
+			if n, _ := f.rdb.Exists(f.ctx, asynqkey.Task(f.queue, id)).Result(); n != 0 {
+				t.Error("the refused run's task is still in Redis")
+			}
+			if _, err := f.enqueue("b", tc.session); err != nil {
+				t.Errorf("b (under \"*\"): %v", err)
+			}
+		})
+	}
+}
+
+// TestMaxSessionsCountsOpenOnes: a session that ended no longer counts.
+func TestMaxSessionsCountsOpenOnes(t *testing.T) {
+	f := newFixture(t, map[string]policy.Quota{policy.AnyPrincipal: {MaxSessions: 1}})
+	id, err := f.enqueue("", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.enqueue("", true); !errors.Is(err, fairshare.ErrQuota) {
+		t.Fatalf("second open session: %v", err)
+	}
+	f.setState(id, "completed")
+	if _, err := f.enqueue("", true); err != nil {
+		t.Fatalf("after the first ended: %v", err)
+	}
+}
+
+// TestSweepReleasesWhatACancelFreed: a released run deleted while it waits
+// frees its principal's place at the next sweep.
+func TestSweepReleasesWhatACancelFreed(t *testing.T) {
+	f := newFixture(t, nil)
+	for range 3 {
+		f.enqueue("a", false)
+	}
+	insp := asynq.NewInspectorFromRedisClient(f.rdb)
+	t.Cleanup(func() { _ = insp.Close() })
+	if err := insp.DeleteTask(f.queue, "a-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fairshare.Sweep(f.ctx, f.rdb, "", f.queue); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.pending(), []string{"a-2", "a-3"}; !slices.Equal(got, want) {
+		t.Fatalf("pending %v, want %v", got, want)
+	}
+}
+
+// TestUnreadableQuota: a quota that is not JSON refuses, naming its key.
+func TestUnreadableQuota(t *testing.T) {
+	f := newFixture(t, nil)
+	if err := f.rdb.HSet(f.ctx, fairshare.QuotasKey("", f.queue), "*", "{").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.enqueue("a", false)
+	if err == nil || errors.Is(err, fairshare.ErrQuota) {
+		t.Fatalf("admission under an unreadable quota: %v", err)
+	}
+	if _, err := fairshare.LoadQuota(f.ctx, f.rdb, "", f.queue, "a"); err == nil {
+		t.Error("LoadQuota of an unreadable quota: no error")
+	}
+}
+
+// TestLoadQuota: a principal's own quota, else "*"'s, else none.
+func TestLoadQuota(t *testing.T) {
+	f := newFixture(t, map[string]policy.Quota{"a": {MaxWaiters: 3}, policy.AnyPrincipal: {MaxWaiters: 1}})
+	for p, want := range map[string]int64{"a": 3, "b": 1, "": 1} {
+		q, err := fairshare.LoadQuota(f.ctx, f.rdb, "", f.queue, p)
+		if err != nil || q.MaxWaiters != want {
+			t.Errorf("LoadQuota(%q) = %+v, %v; want max_waiters %d", p, q, err, want)
+		}
+	}
+	other := redistest.Queue(t)
+	if q, err := fairshare.LoadQuota(f.ctx, f.rdb, "", other, "a"); err != nil || !q.IsZero() {
+		t.Errorf("a queue without quotas: %+v, %v", q, err)
+	}
+}

@@ -1,0 +1,189 @@
+package fairshare
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua both scripts share: a principal's quota, the census of its
+// claimed runs, and the release of its held runs into the queue.
+//
+// Keys of one queue q and principal p, all in q's Cluster slot (hash tag
+// {q}, asynq's own):
+//
+//	asynq:{q}:g:p:<p>            zset: p's held runs (asynq's group), by enqueue time
+//	asynq:{q}:groups             set: asynq's groups of q
+//	asynq:{q}:pending            list: runs waiting for a worker (asynq's)
+//	asynq:{q}:t:<id>             hash: a task (asynq's; its state field)
+//	<P>fair:{q}:claim:<p>        zset: p's runs released (waiting or, with max_active, running), by release time
+//	<P>fair:{q}:sessions:<p>     zset: p's open sessions, by open time
+//	<P>fair:{q}:rpm:<p>:<minute> string: p's runs admitted in that minute
+//	<P>quotas:{q}                hash: principal (or "*") → its quota, JSON (PublishQuotas)
+const luaLib = `
+local function quotaOf(qkey, p)
+  local raw = false
+  if p ~= "" then raw = redis.call("HGET", qkey, p) end
+  if not raw then raw = redis.call("HGET", qkey, "*") end
+  if not raw then return {} end
+  local ok, q = pcall(cjson.decode, raw)
+  if not ok or type(q) ~= "table" then
+    return redis.error_reply("fairshare: the quota of principal " .. p .. " in " .. qkey .. " is not JSON: delete the key, then restart the queue's workers")
+  end
+  return q
+end
+
+-- rpmWait is how long (ms), from into ms into this minute, until one more
+-- run fits the sliding window: prev (the last minute's count) weighs
+-- less as the minute goes on, then this minute's count cur becomes the
+-- last minute's.
+local function rpmWait(prev, cur, rpm, into)
+  local room = rpm - cur - 1
+  if room >= 0 and prev > 0 then
+    return math.max(1, 60000 * (1 - room / prev) - into)
+  end
+  local y = 0
+  if cur > 0 then y = math.max(0, 60000 * (1 - (rpm - 1) / cur)) end
+  return (60000 - into) + y
+end
+
+local function num(v)
+  v = tonumber(v)
+  if v == nil or v < 0 then return 0 end
+  return v
+end
+
+-- census counts p's claimed runs that wait (pending, retry, scheduled) and,
+-- when active counts, those that run; it drops the others (they ended, or
+-- were deleted or canceled).
+local function census(claim, tp, keepActive, done)
+  local waiting, active = 0, 0
+  for _, id in ipairs(redis.call("ZRANGE", claim, 0, -1)) do
+    local st = redis.call("HGET", tp .. id, "state")
+    if id ~= done and (st == "pending" or st == "retry" or st == "scheduled") then
+      waiting = waiting + 1
+    elseif id ~= done and st == "active" and keepActive then
+      active = active + 1
+    else
+      redis.call("ZREM", claim, id)
+    end
+  end
+  return waiting, active
+end
+
+-- release moves p's oldest held runs into the queue while p has fewer than
+-- window runs waiting there and, under max_active, fewer than it claimed
+-- runs in all; it wakes the queue's idle workers when it moved any.
+local function release(group, groups, pending, claim, tp, gname, window, maxActive, waiting, active, ms, ns, chan)
+  local room = window - waiting
+  if maxActive > 0 then room = math.min(room, maxActive - waiting - active) end
+  local n = 0
+  while room > 0 do
+    local head = redis.call("ZRANGE", group, 0, 0)
+    if #head == 0 then break end
+    local id = head[1]
+    redis.call("ZREM", group, id)
+    if redis.call("HGET", tp .. id, "state") == "aggregating" then
+      redis.call("LPUSH", pending, id)
+      redis.call("HSET", tp .. id, "state", "pending", "pending_since", ns)
+      -- Admitted once: a retry goes back to the queue, not to the line.
+      redis.call("HDEL", tp .. id, "group")
+      redis.call("ZADD", claim, ms, id)
+      room = room - 1
+      n = n + 1
+    end
+  end
+  if redis.call("EXISTS", group) == 0 then redis.call("SREM", groups, gname) end
+  if redis.call("EXISTS", claim) == 1 then redis.call("PEXPIRE", claim, 86400000) end
+  if n > 0 and chan ~= "" then redis.call("PUBLISH", chan, "") end
+  return n
+end
+`
+
+// admitScript admits a run just added to its principal's group (asynq's
+// AddToGroup), or refuses it — deleting it, so that a refusal leaves
+// nothing — when it would take the principal past runs_per_minute,
+// max_sessions or max_queued; then releases what the principal's share
+// allows.
+//
+// KEYS: group, groups, pending, claim, sessions, quotas, rpm (this
+// minute), rpm (the last minute). ARGV: task key prefix, group name,
+// principal, task id, now (ms), now (ns), window, "1" for a session,
+// wake channel, ms into this minute.
+//
+// Returns {1, released} or {0, quota, limit, retry after (s)}.
+var admitScript = redis.NewScript(luaLib + `
+local group, groups, pending, claim, sessions, qkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local tp, gname, p, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local ms, ns, window, isSession, chan, into = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8] == "1", ARGV[9], tonumber(ARGV[10])
+local q = quotaOf(qkey, p)
+if q.err then return q end
+local maxActive = num(q.max_active)
+
+-- asynq scores a group's tasks by the second: the run gets its place in
+-- its principal's line by the microsecond, after every run already there.
+redis.call("ZREM", group, id)
+local t = redis.call("TIME")
+local score = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local last = redis.call("ZRANGE", group, -1, -1, "WITHSCORES")
+if #last == 2 and tonumber(last[2]) >= score then score = tonumber(last[2]) + 1 end
+redis.call("ZADD", group, score, id)
+
+local function refuse(name, limit, after)
+  redis.call("ZREM", group, id)
+  redis.call("DEL", tp .. id)
+  if redis.call("EXISTS", group) == 0 then redis.call("SREM", groups, gname) end
+  return {0, name, limit, after}
+end
+
+local rpm = num(q.runs_per_minute)
+if rpm > 0 then
+  local cur = num(redis.call("GET", KEYS[7]))
+  local prev = num(redis.call("GET", KEYS[8]))
+  if prev * (60000 - into) / 60000 + cur + 1 > rpm then
+    return refuse("runs_per_minute", rpm, math.max(1, math.ceil(rpmWait(prev, cur, rpm, into) / 1000)))
+  end
+end
+local maxSessions = num(q.max_sessions)
+if isSession and maxSessions > 0 then
+  local open = 0
+  for _, sid in ipairs(redis.call("ZRANGE", sessions, 0, -1)) do
+    local st = redis.call("HGET", tp .. sid, "state")
+    if st and st ~= "completed" and st ~= "archived" then
+      open = open + 1
+    else
+      redis.call("ZREM", sessions, sid)
+    end
+  end
+  if open >= maxSessions then return refuse("max_sessions", maxSessions, 5) end
+end
+local waiting, active = census(claim, tp, maxActive > 0, "")
+local maxQueued = num(q.max_queued)
+if maxQueued > 0 and redis.call("ZCARD", group) + waiting > maxQueued then
+  return refuse("max_queued", maxQueued, 5)
+end
+if rpm > 0 then
+  redis.call("INCR", KEYS[7])
+  redis.call("PEXPIRE", KEYS[7], 120000)
+end
+if isSession and maxSessions > 0 then
+  redis.call("ZADD", sessions, ms, id)
+  redis.call("PEXPIRE", sessions, 86400000)
+end
+return {1, release(group, groups, pending, claim, tp, gname, window, maxActive, waiting, active, ms, ns, chan)}
+`)
+
+// releaseScript releases what a principal's share allows, once one of its
+// runs started or ended (ARGV done: that run no longer counts).
+//
+// KEYS: group, groups, pending, claim, quotas. ARGV: task key prefix,
+// group name, principal, done task id or "", now (ms), now (ns), window,
+// wake channel.
+//
+// Returns the runs released.
+var releaseScript = redis.NewScript(luaLib + `
+local group, groups, pending, claim, qkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local tp, gname, p, done = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local ms, ns, window, chan = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8]
+local q = quotaOf(qkey, p)
+if q.err then return q end
+local maxActive = num(q.max_active)
+local waiting, active = census(claim, tp, maxActive > 0, done)
+return release(group, groups, pending, claim, tp, gname, window, maxActive, waiting, active, ms, ns, chan)
+`)
