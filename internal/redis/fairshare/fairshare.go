@@ -126,7 +126,7 @@ func Admit(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, ta
 	}
 	res, err := admitScript.Run(ctx, rdb,
 		[]string{k.group, k.groups, k.pending, k.claim, k.sessions, k.quotas, k.rpm + strconv.FormatInt(minute, 10), k.rpm + strconv.FormatInt(minute-1, 10)},
-		k.taskPrefix, k.gname, principal, taskID, now.UnixMilli(), now.UnixNano(), Window, sess, k.wake, now.UnixMilli()%60000).Slice()
+		k.taskPrefix, k.gname, principal, taskID, now.UnixMilli(), now.UnixNano(), Window, sess, k.wake, now.UnixMilli()%60000, now.UnixMicro()).Slice()
 	if err != nil {
 		return fmt.Errorf("fairshare: admitting run %s of queue %q: %w", taskID, queue, err)
 	}

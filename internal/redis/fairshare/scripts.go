@@ -105,7 +105,7 @@ end
 // KEYS: group, groups, pending, claim, sessions, quotas, rpm (this
 // minute), rpm (the last minute). ARGV: task key prefix, group name,
 // principal, task id, now (ms), now (ns), window, "1" for a session,
-// wake channel, ms into this minute.
+// wake channel, ms into this minute, now (µs).
 //
 // Returns {1, released} or {0, quota, limit, retry after (s)}.
 var admitScript = redis.NewScript(luaLib + `
@@ -117,10 +117,10 @@ if q.err then return q end
 local maxActive = num(q.max_active)
 
 -- asynq scores a group's tasks by the second: the run gets its place in
--- its principal's line by the microsecond, after every run already there.
+-- its principal's line by the microsecond (the caller's clock), after
+-- every run already there whatever the callers' clocks say.
 redis.call("ZREM", group, id)
-local t = redis.call("TIME")
-local score = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local score = tonumber(ARGV[11])
 local last = redis.call("ZRANGE", group, -1, -1, "WITHSCORES")
 if #last == 2 and tonumber(last[2]) >= score then score = tonumber(last[2]) + 1 end
 redis.call("ZADD", group, score, id)
