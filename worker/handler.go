@@ -93,7 +93,7 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 	rec.Action, rec.ActionDigest = spec.Action, digest
 	rec.RunID, rec.Queue, rec.MaxRetry, rec.Limits = spec.RunID, spec.Queue, *spec.MaxRetry, spec.Limits
 	rec.Principal = spec.Principal
-	w.shareStarted(ctx, spec.Queue, spec.Principal)
+	w.shareStarted(ctx, spec.Queue, spec.Principal, rec.TaskID)
 	rec.KeptOutput = &record.KeptOutput{MaxBytes: int64(spec.MaxRecordBytes)}
 	w.log.Info().Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Int("attempt", rec.Attempt).Str("run_id", spec.RunID).
 		Str("queue", spec.Queue).Int("steps", len(spec.Steps)).Int("inputs", len(spec.Inputs)).Msg("task start")

@@ -17,8 +17,8 @@ import (
 // started on queue (internal/redis/fairshare): its place among the runs
 // waiting in the queue is free. A failure costs fairness nothing but
 // latency: the sweep releases what it missed.
-func (w *Worker) shareStarted(ctx context.Context, queue, principal string) {
-	if _, err := fairshare.Release(ctx, w.cfg.Redis, w.cfg.Prefix, queue, principal, ""); err != nil {
+func (w *Worker) shareStarted(ctx context.Context, queue, principal, taskID string) {
+	if _, err := fairshare.Started(ctx, w.cfg.Redis, w.cfg.Prefix, queue, principal, taskID); err != nil {
 		w.log.Warn().Err(err).Str("queue", queue).Msg("release the principal's next run (the sweep will)")
 	}
 }
@@ -46,7 +46,7 @@ func (w *Worker) shareEnded(ctx context.Context, rec *record.Run, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := fairshare.Release(ctx, w.cfg.Redis, w.cfg.Prefix, rec.Queue, rec.Principal, rec.TaskID); err != nil {
+	if _, err := fairshare.Ended(ctx, w.cfg.Redis, w.cfg.Prefix, rec.Queue, rec.Principal, rec.TaskID); err != nil {
 		w.log.Warn().Err(err).Str("queue", rec.Queue).Str("task_id", rec.TaskID).Msg("release the principal's next run (the sweep will)")
 	}
 }

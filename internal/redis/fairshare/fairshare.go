@@ -10,8 +10,8 @@
 // that queued 10,000 runs has two in the queue at any time, the others
 // held in its own line, so that a run of another principal waits behind
 // at most Window runs of each principal with a backlog, never behind the
-// whole backlog. Each time one of a principal's runs starts (or, under
-// max_active, ends), the worker releases its next (Release); a sweep
+// whole backlog. Each time one of a principal's runs starts (Started) or,
+// under max_active, ends (Ended), the worker releases its next; a sweep
 // (Sweep) catches what a crash left.
 //
 // Under max_active, a principal's runs are released only while those it
@@ -139,15 +139,31 @@ func Admit(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, ta
 	return nil
 }
 
-// Release releases what principal's share of queue allows once one of its
-// runs started (done ""), or ended for good (done: its task id, which no
-// longer counts against max_active); it returns how many runs it
-// released.
-func Release(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, done string) (int, error) {
+// Release releases what principal's share of queue allows now (the
+// sweep's, and a caller's that knows nothing more); it returns how many
+// runs it released.
+func Release(ctx context.Context, rdb redis.Scripter, prefix, queue, principal string) (int, error) {
+	return release(ctx, rdb, prefix, queue, principal, "", "")
+}
+
+// Started releases what principal's share of queue allows once its run
+// taskID started: its place among the runs waiting in the queue is free.
+func Started(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, taskID string) (int, error) {
+	return release(ctx, rdb, prefix, queue, principal, "", taskID)
+}
+
+// Ended releases what principal's share of queue allows once its run
+// taskID ended for good (asynq will not run it again): it no longer counts
+// against max_active.
+func Ended(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, taskID string) (int, error) {
+	return release(ctx, rdb, prefix, queue, principal, taskID, "")
+}
+
+func release(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, done, started string) (int, error) {
 	k := keysOf(prefix, queue, principal)
 	now := time.Now()
 	n, err := releaseScript.Run(ctx, rdb, []string{k.group, k.groups, k.pending, k.claim, k.quotas},
-		k.taskPrefix, k.gname, principal, done, now.UnixMilli(), now.UnixNano(), Window, k.wake).Int()
+		k.taskPrefix, k.gname, principal, done, now.UnixMilli(), now.UnixNano(), Window, k.wake, started).Int()
 	if err != nil {
 		return 0, fmt.Errorf("fairshare: releasing runs of principal %q in queue %q: %w", principal, queue, err)
 	}
@@ -168,7 +184,7 @@ func Sweep(ctx context.Context, rdb redis.UniversalClient, prefix, queue string)
 		if !ok {
 			continue
 		}
-		if _, err := Release(ctx, rdb, prefix, queue, p, ""); err != nil {
+		if _, err := Release(ctx, rdb, prefix, queue, p); err != nil {
 			return err
 		}
 	}

@@ -86,7 +86,13 @@ func (f *fixture) setState(id, state string) {
 
 func (f *fixture) release(principal, done string) int {
 	f.t.Helper()
-	n, err := fairshare.Release(f.ctx, f.rdb, "", f.queue, principal, done)
+	var n int
+	var err error
+	if done == "" {
+		n, err = fairshare.Release(f.ctx, f.rdb, "", f.queue, principal)
+	} else {
+		n, err = fairshare.Ended(f.ctx, f.rdb, "", f.queue, principal, done)
+	}
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -264,5 +270,41 @@ func TestLoadQuota(t *testing.T) {
 	other := redistest.Queue(t)
 	if q, err := fairshare.LoadQuota(f.ctx, f.rdb, "", other, "a"); err != nil || !q.IsZero() {
 		t.Errorf("a queue without quotas: %+v, %v", q, err)
+	}
+}
+
+// TestLineKeepsOrder: a principal's runs reach the queue in the order it
+// sent them, within one second too (asynq scores a group by the second);
+// a released run has no group left, so that a retry of it goes back to
+// the queue, not to the line.
+func TestLineKeepsOrder(t *testing.T) {
+	f := newFixture(t, nil)
+	var sent []string
+	for range 12 {
+		id, err := f.enqueue("a", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, id)
+	}
+	var taken []string
+	for range 12 {
+		id := f.take()
+		taken = append(taken, id)
+		if g, _ := f.rdb.HGet(f.ctx, asynqkey.Task(f.queue, id), "group").Result(); g != "" {
+			t.Errorf("released run %s keeps group %q", id, g)
+		}
+		if _, err := fairshare.Started(f.ctx, f.rdb, "", f.queue, "a", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(taken, sent) {
+		t.Errorf("taken in the order %v, sent %v", taken, sent)
+	}
+	if n, _ := f.rdb.Exists(f.ctx, asynqkey.Prefix(f.queue)+"g:"+fairshare.Group("a")).Result(); n != 0 {
+		t.Error("a's line is empty, yet its key stays")
+	}
+	if ok, _ := f.rdb.SIsMember(f.ctx, asynqkey.Prefix(f.queue)+"groups", fairshare.Group("a")).Result(); ok {
+		t.Error("a holds nothing, yet its group is listed")
 	}
 }

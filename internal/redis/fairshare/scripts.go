@@ -18,9 +18,9 @@ import "github.com/redis/go-redis/v9"
 //	<P>quotas:{q}                hash: principal (or "*") → its quota, JSON (PublishQuotas)
 const luaLib = `
 local function quotaOf(qkey, p)
-  local raw = false
-  if p ~= "" then raw = redis.call("HGET", qkey, p) end
-  if not raw then raw = redis.call("HGET", qkey, "*") end
+  local v = redis.call("HMGET", qkey, p, "*")
+  local raw = v[1]
+  if p == "" or not raw then raw = v[2] end
   if not raw then return {} end
   local ok, q = pcall(cjson.decode, raw)
   if not ok or type(q) ~= "table" then
@@ -51,11 +51,13 @@ end
 
 -- census counts p's claimed runs that wait (pending, retry, scheduled) and,
 -- when active counts, those that run; it drops the others (they ended, or
--- were deleted or canceled).
-local function census(claim, tp, keepActive, done)
+-- were deleted or canceled), and done (a run that ended for good). started
+-- is a run the caller knows runs: counted as such without a read.
+local function census(claim, tp, keepActive, done, started)
   local waiting, active = 0, 0
   for _, id in ipairs(redis.call("ZRANGE", claim, 0, -1)) do
-    local st = redis.call("HGET", tp .. id, "state")
+    local st = "active"
+    if id ~= started then st = redis.call("HGET", tp .. id, "state") end
     if id ~= done and (st == "pending" or st == "retry" or st == "scheduled") then
       waiting = waiting + 1
     elseif id ~= done and st == "active" and keepActive then
@@ -69,30 +71,34 @@ end
 
 -- release moves p's oldest held runs into the queue while p has fewer than
 -- window runs waiting there and, under max_active, fewer than it claimed
--- runs in all; it wakes the queue's idle workers when it moved any.
+-- runs in all; it wakes the queue's idle workers when it moved any. Its
+-- commands are few whatever it moves: one read of the line, one removal,
+-- one push.
 local function release(group, groups, pending, claim, tp, gname, window, maxActive, waiting, active, ms, ns, chan)
   local room = window - waiting
   if maxActive > 0 then room = math.min(room, maxActive - waiting - active) end
-  local n = 0
-  while room > 0 do
-    local head = redis.call("ZRANGE", group, 0, 0)
-    if #head == 0 then break end
-    local id = head[1]
-    redis.call("ZREM", group, id)
+  if room <= 0 then return 0 end
+  local ids = redis.call("ZRANGE", group, 0, room - 1)
+  if #ids == 0 then return 0 end
+  redis.call("ZREM", group, unpack(ids))
+  local moved, scores = {}, {}
+  for _, id in ipairs(ids) do
     if redis.call("HGET", tp .. id, "state") == "aggregating" then
-      redis.call("LPUSH", pending, id)
-      redis.call("HSET", tp .. id, "state", "pending", "pending_since", ns)
-      -- Admitted once: a retry goes back to the queue, not to the line.
-      redis.call("HDEL", tp .. id, "group")
-      redis.call("ZADD", claim, ms, id)
-      room = room - 1
-      n = n + 1
+      -- Admitted once: a retry goes back to the queue, not to the line
+      -- (asynq's forwarder reads an empty group as none).
+      redis.call("HSET", tp .. id, "state", "pending", "pending_since", ns, "group", "")
+      moved[#moved + 1] = id
+      scores[#scores + 1] = ms
+      scores[#scores + 1] = id
     end
   end
-  if redis.call("EXISTS", group) == 0 then redis.call("SREM", groups, gname) end
-  if redis.call("EXISTS", claim) == 1 then redis.call("PEXPIRE", claim, 86400000) end
-  if n > 0 and chan ~= "" then redis.call("PUBLISH", chan, "") end
-  return n
+  if #ids < room or redis.call("ZCARD", group) == 0 then redis.call("SREM", groups, gname) end
+  if #moved == 0 then return 0 end
+  redis.call("LPUSH", pending, unpack(moved))
+  redis.call("ZADD", claim, unpack(scores))
+  redis.call("PEXPIRE", claim, 86400000)
+  if chan ~= "" then redis.call("PUBLISH", chan, "") end
+  return #moved
 end
 `
 
@@ -119,11 +125,13 @@ local maxActive = num(q.max_active)
 -- asynq scores a group's tasks by the second: the run gets its place in
 -- its principal's line by the microsecond (the caller's clock), after
 -- every run already there whatever the callers' clocks say.
-redis.call("ZREM", group, id)
-local score = tonumber(ARGV[11])
-local last = redis.call("ZRANGE", group, -1, -1, "WITHSCORES")
-if #last == 2 and tonumber(last[2]) >= score then score = tonumber(last[2]) + 1 end
-redis.call("ZADD", group, score, id)
+local last = redis.call("ZRANGE", group, -2, -1, "WITHSCORES")
+if #last == 4 then
+  local score = tonumber(ARGV[11])
+  local top = last[3] == id and tonumber(last[2]) or tonumber(last[4])
+  if top >= score then score = top + 1 end
+  redis.call("ZADD", group, score, id)
+end
 
 local function refuse(name, limit, after)
   redis.call("ZREM", group, id)
@@ -153,7 +161,7 @@ if isSession and maxSessions > 0 then
   end
   if open >= maxSessions then return refuse("max_sessions", maxSessions, 5) end
 end
-local waiting, active = census(claim, tp, maxActive > 0, "")
+local waiting, active = census(claim, tp, maxActive > 0, "", "")
 local maxQueued = num(q.max_queued)
 if maxQueued > 0 and redis.call("ZCARD", group) + waiting > maxQueued then
   return refuse("max_queued", maxQueued, 5)
@@ -174,7 +182,7 @@ return {1, release(group, groups, pending, claim, tp, gname, window, maxActive, 
 //
 // KEYS: group, groups, pending, claim, quotas. ARGV: task key prefix,
 // group name, principal, done task id or "", now (ms), now (ns), window,
-// wake channel.
+// wake channel, started task id or "".
 //
 // Returns the runs released.
 var releaseScript = redis.NewScript(luaLib + `
@@ -184,6 +192,6 @@ local ms, ns, window, chan = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV
 local q = quotaOf(qkey, p)
 if q.err then return q end
 local maxActive = num(q.max_active)
-local waiting, active = census(claim, tp, maxActive > 0, done)
+local waiting, active = census(claim, tp, maxActive > 0, done, ARGV[9])
 return release(group, groups, pending, claim, tp, gname, window, maxActive, waiting, active, ms, ns, chan)
 `)
