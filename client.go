@@ -200,14 +200,22 @@ func (c *Client) prepare(ctx context.Context, spec *tasks.Spec) ([]byte, []asynq
 // the queue when the principal's fair share allows (waking the queue's
 // idle workers then): a quota's refusal deletes the task and is an error
 // matching ErrQuota (a *QuotaError). A failure to admit leaves the task
-// held: the queue's workers release it at their next sweep.
+// held, never released: the queue's workers withdraw it at a sweep.
 func (c *Client) admit(ctx context.Context, spec *tasks.Spec, id string) error {
-	err := fairshare.Admit(ctx, c.rdb, c.opts.Prefix, spec.Queue, spec.Principal, id, spec.Session != nil)
+	// Not the caller's context: a caller gone between the enqueue and the
+	// admission must not leave the run unchecked.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), admitTimeout)
+	defer cancel()
+	err := fairshare.Admit(actx, c.rdb, c.opts.Prefix, spec.Queue, spec.Principal, id, spec.Session != nil)
 	if err != nil && !errors.Is(err, ErrQuota) {
-		return fmt.Errorf("airlock: run %s enqueued in queue %q, its admission failed (a worker releases it within %s): %w", spec.RunID, spec.Queue, fairshare.SweepEvery, err)
+		return fmt.Errorf("airlock: run %s was not admitted into queue %q, and will not run (its workers withdraw it within %s): enqueue it again: %w",
+			spec.RunID, spec.Queue, fairshare.Withdrawn+fairshare.SweepEvery, err)
 	}
 	return err
 }
+
+// admitTimeout bounds an admission (admit), whatever the caller's context.
+const admitTimeout = 5 * time.Second
 
 // enqueueOnce enqueues a spec that has an idempotency key under the task id
 // derived from it, or reports the task that already has that id.
@@ -233,6 +241,13 @@ func (c *Client) enqueueOnce(ctx context.Context, spec *tasks.Spec, payload []by
 		}
 		if err != nil {
 			return Enqueued{}, fmt.Errorf("airlock: reading task %s, the earlier task with idempotency_key %q: %w", id, spec.IdempotencyKey, err)
+		}
+		if info.State == asynq.TaskStateAggregating {
+			// Its enqueuer may have lost it before its admission: admit
+			// it now (again: an admitted run is only given its share).
+			if err := c.admit(ctx, spec, id); err != nil {
+				return Enqueued{}, err
+			}
 		}
 		return Enqueued{TaskID: id, Queue: spec.Queue, RunID: payloadRunID(info.Payload), Duplicate: true}, nil
 	}

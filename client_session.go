@@ -86,9 +86,7 @@ func (c *Client) OpenSession(ctx context.Context, spec *tasks.Spec) (*Session, e
 		return nil, fmt.Errorf("airlock: enqueueing session in queue %q: %w", spec.Queue, err)
 	}
 	if err := c.admit(ctx, spec, id); err != nil {
-		if errors.Is(err, ErrQuota) {
-			_ = s.conn.Forget(context.WithoutCancel(ctx), id)
-		}
+		_ = s.conn.Forget(context.WithoutCancel(ctx), id) // refused, or withdrawn by the sweep
 		return nil, err
 	}
 	wait := c.opts.OpenWait

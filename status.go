@@ -122,7 +122,7 @@ func (c *Client) LocateIn(ctx context.Context, taskID string, queues []string) (
 		batch := queues[:min(len(queues), locateBatch)]
 		queues = queues[len(batch):]
 		exists := make([]*redis.IntCmd, len(batch))
-		wasRefused := make([]*redis.BoolCmd, len(batch))
+		wasRefused := make([]*redis.SliceCmd, len(batch))
 		_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range batch {
 				exists[i] = p.Exists(ctx, asynqkey.Task(q, taskID))
@@ -134,7 +134,7 @@ func (c *Client) LocateIn(ctx context.Context, taskID string, queues []string) (
 			return "", fmt.Errorf("airlock: look for task %s in %d queues: %w", taskID, len(batch), err)
 		}
 		for i, q := range batch {
-			if exists[i].Val() > 0 || wasRefused[i].Val() {
+			if exists[i].Val() > 0 || refused.Found(wasRefused[i]) {
 				found = append(found, q)
 			}
 		}

@@ -85,8 +85,8 @@ func answered(t *testing.T, ch <-chan waitAnswer, want int, d, settle time.Durat
 // holds 20 of its 300 long polls on a parked run (wait=40s&until=final:
 // they really wait), the other 280 are answered 429 quota max_waiters with
 // Retry-After at once, and another token's plain GETs stay under 100 ms
-// p99. A token without a quota meets the server's ceiling (-max-waiters,
-// default 256): 503 overloaded past it, and still the others' GETs are
+// p99. A token without a quota meets its share of the server's ceiling
+// (a quarter of -max-waiters, default 256): 503 overloaded past it, and still the others' GETs are
 // served. Both floods end the moment their clients go away.
 func TestQuotaWaiters(t *testing.T) {
 	// Not parallel: the latencies it measures are the API's, not the
@@ -197,12 +197,14 @@ func TestQuotaWaiters(t *testing.T) {
 	quotaProblem(t, "agent's event stream beside its 20 long polls", status, h, body, "max_waiters", quota, 1)
 	t.Logf("agent's event stream beside them: %d %s", status, body)
 
-	// A token without a quota meets the server's ceiling: 503 past it.
+	// A token without a quota meets its share of the server's ceiling (a
+	// quarter of -max-waiters): 503 past it.
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
-	over := ceiling - quota + 24
+	share := (ceiling + 3) / 4
+	over := share + 24
 	ch2 := longPolls(ctx2, floods, pollURL(agent2Run), quotaToken("agent2"), over)
-	got2 := answered(t, ch2, over-(ceiling-quota), 30*time.Second, 2*time.Second)
+	got2 := answered(t, ch2, over-share, 30*time.Second, 2*time.Second)
 	overloaded := 0
 	for _, a := range got2 {
 		if a.err == nil && a.status == http.StatusServiceUnavailable && a.problem.Type == httpapi.ProblemOverloaded &&
@@ -216,10 +218,10 @@ func TestQuotaWaiters(t *testing.T) {
 	held2 := over - len(got2)
 	fdCeiling := fds()
 	full := readerGETs(100)
-	t.Logf("agent2 (no quota) %d long polls beside agent's %d: %d held, %d refused 503 overloaded (-max-waiters %d); API descriptors %s; reader's 100 plain GETs p50 %s p99 %s",
-		over, held, held2, overloaded, ceiling, fdCeiling, pct(full, 0.5), pct(full, 0.99))
-	if held2 != ceiling-quota || overloaded != over-(ceiling-quota) {
-		t.Errorf("agent2's %d long polls: %d held, %d refused 503; want %d held (the server's %d less agent's %d), the rest refused", over, held2, overloaded, ceiling-quota, ceiling, quota)
+	t.Logf("agent2 (no quota) %d long polls beside agent's %d: %d held, %d refused 503 overloaded (its share %d of -max-waiters %d); API descriptors %s; reader's 100 plain GETs p50 %s p99 %s",
+		over, held, held2, overloaded, share, ceiling, fdCeiling, pct(full, 0.5), pct(full, 0.99))
+	if held2 != share || overloaded != over-share {
+		t.Errorf("agent2's %d long polls: %d held, %d refused 503; want %d held (a quarter of the server's %d), the rest refused", over, held2, overloaded, share, ceiling)
 	}
 	if p := pct(full, 0.99); p >= 100*time.Millisecond {
 		t.Errorf("the reader's plain GETs took p99 %s while the server held its -max-waiters %d, want under 100ms", p, ceiling)

@@ -37,7 +37,9 @@ func TestAppendFollow(t *testing.T) {
 		{RunID: run, TaskID: "t1", State: "promoted", Verdict: "ok", ApprovalID: "ap-1", Time: at.Add(time.Second)},
 		{RunID: run, TaskID: "t2", State: "failed", Verdict: "error", Error: "worker: no luck", Time: at.Add(2 * time.Second)},
 	}
+	appended := make(chan struct{})
 	go func() {
+		defer close(appended)
 		time.Sleep(50 * time.Millisecond) // Follow is blocked reading by then
 		for _, e := range want {
 			if err := stream.Append(ctx, e); err != nil {
@@ -45,6 +47,9 @@ func TestAppendFollow(t *testing.T) {
 			}
 		}
 	}()
+	// Follow may see the last event before its Append has returned: the
+	// test (and its client) ends after the appends.
+	defer func() { <-appended }()
 	var got []events.Event
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

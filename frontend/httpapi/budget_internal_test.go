@@ -32,3 +32,41 @@ func TestBudgetShares(t *testing.T) {
 		t.Errorf("share of 8 with a largest body of 6: %d, want 6 (every body fits)", small.share)
 	}
 }
+
+// TestWaiterShares: a token holds at most its quota's max_waiters, and
+// whatever its quota, at most a quarter of the server's ceiling; every
+// token together at most the ceiling; a waiter given back makes room.
+func TestWaiterShares(t *testing.T) {
+	ws := newWaiters(8)
+	if ws.share != 2 {
+		t.Fatalf("share %d, want a quarter of 8", ws.share)
+	}
+	if got := ws.take("a", 1); got != waiterOK {
+		t.Fatalf("a's first: %d", got)
+	}
+	if got := ws.take("a", 1); got != waiterQuota {
+		t.Errorf("a past its quota 1: %d, want waiterQuota", got)
+	}
+	if got := ws.take("b", 0); got != waiterOK {
+		t.Fatalf("b's first: %d", got)
+	}
+	ws.take("b", 0)
+	if got := ws.take("b", 100); got != waiterShare {
+		t.Errorf("b past its share (quota 100): %d, want waiterShare", got)
+	}
+	for _, tok := range []string{"c", "c", "d", "d", "e"} {
+		if got := ws.take(tok, 0); got != waiterOK {
+			t.Fatalf("%s: %d", tok, got)
+		}
+	}
+	if got := ws.take("f", 0); got != waiterAll {
+		t.Errorf("past the ceiling: %d, want waiterAll", got)
+	}
+	ws.give("e")
+	if got := ws.take("f", 0); got != waiterOK {
+		t.Errorf("after a give: %d", got)
+	}
+	if newWaiters(1).share != 1 {
+		t.Error("a ceiling of 1: no share")
+	}
+}

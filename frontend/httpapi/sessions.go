@@ -43,6 +43,13 @@ func (h *Handler) openSession(w http.ResponseWriter, r *http.Request) {
 		h.specRejected(w, r, &tasks.FieldError{Field: "action", Msg: "a catalog action is a one-shot run", Hint: "open a session with a free-form spec"})
 		return
 	}
+	queue := spec.Queue
+	if queue == "" {
+		queue = "default"
+	}
+	if !h.waitRequest(w, r, queue) { // an open waits for a worker to hold it
+		return
+	}
 	s, err := h.client.OpenSession(r.Context(), spec)
 	var fe *tasks.FieldError
 	if tasks.IsInvalid(err) && errors.As(err, &fe) {
@@ -68,6 +75,11 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) (*airlock.Sess
 	}
 	if err != nil {
 		h.sessionError(w, r, err)
+		return nil, nil, false
+	}
+	// A session's call waits for its worker: one of the token's waiters
+	// until the request ends.
+	if !h.waitRequest(w, r, in.Queue) {
 		return nil, nil, false
 	}
 	return s, in, true

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,32 +17,46 @@ import (
 // DefaultMaxWaiters is the default of Options.MaxWaiters.
 const DefaultMaxWaiters = 256
 
-// waiters counts the long polls and event streams an API server holds open:
-// in all (a ceiling: Options.MaxWaiters) and per principal (its quota's
+// waiters counts the long polls, event streams and session calls an API
+// server holds open: in all (a ceiling: Options.MaxWaiters), per token (a
+// share of the ceiling: a quarter, at least 1, whatever the quotas say,
+// so that no token holds them all) and per principal quota (its
 // max_waiters, as the queue's workers published it).
 type waiters struct {
-	max int
-	mu  sync.Mutex
-	all int
-	by  map[string]int
+	max, share int
+	mu         sync.Mutex
+	all        int
+	by         map[string]int
 }
 
-func newWaiters(max int) *waiters { return &waiters{max: max, by: map[string]int{}} }
+func newWaiters(max int) *waiters {
+	return &waiters{max: max, share: (max + 3) / 4, by: map[string]int{}}
+}
 
-// take counts one more waiter of principal, unless the server holds its
-// ceiling (overloaded) or the principal its quota (quota > 0).
-func (ws *waiters) take(principal string, quota int64) (overloaded, refused bool) {
+// Why a waiter was refused.
+const (
+	waiterOK = iota
+	waiterAll
+	waiterShare
+	waiterQuota
+)
+
+// take counts one more waiter of principal, or says which bound refused
+// it: the server's ceiling, the token's share of it, or its quota (> 0).
+func (ws *waiters) take(principal string, quota int64) int {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	switch {
 	case ws.all >= ws.max:
-		return true, false
+		return waiterAll
 	case quota > 0 && int64(ws.by[principal]) >= quota:
-		return false, true
+		return waiterQuota
+	case ws.by[principal] >= ws.share:
+		return waiterShare
 	}
 	ws.all++
 	ws.by[principal]++
-	return false, false
+	return waiterOK
 }
 
 func (ws *waiters) give(principal string) {
@@ -53,11 +68,12 @@ func (ws *waiters) give(principal string) {
 	}
 }
 
-// holdWaiter counts the request, a long poll or an event stream on a run
-// of queue, as one of its token's waiters, or answers it: 429 past the
-// token's max_waiters (the quota the queue's workers published for the
-// token's name), 503 past the server's -max-waiters. The caller defers
-// the release it returns.
+// holdWaiter counts the request, a long poll, an event stream or a
+// session's open or call, on queue, as one of its token's waiters, or
+// answers it: 429 past the token's max_waiters (the quota the queue's
+// workers published for the token's name), 503 past its share of the
+// server's -max-waiters or past the whole. The caller defers the release
+// it returns.
 func (h *Handler) holdWaiter(w http.ResponseWriter, r *http.Request, queue string) (func(), bool) {
 	tok := tokenOf(r)
 	q, err := fairshare.LoadQuota(r.Context(), h.rdb, h.prefix, queue, tok.Name)
@@ -65,18 +81,32 @@ func (h *Handler) holdWaiter(w http.ResponseWriter, r *http.Request, queue strin
 		h.internal(w, r, err)
 		return nil, false
 	}
-	overloaded, refused := h.waiters.take(tok.Name, q.MaxWaiters)
-	switch {
-	case overloaded:
+	switch h.waiters.take(tok.Name, q.MaxWaiters) {
+	case waiterAll:
 		w.Header().Set("Retry-After", "1")
 		h.fail(w, r, &Problem{Type: ProblemOverloaded, Status: http.StatusServiceUnavailable,
-			Detail: fmt.Sprintf("this API server holds its -max-waiters %d long polls and event streams; try again shortly, or without wait", h.waiters.max)})
+			Detail: fmt.Sprintf("this API server holds its -max-waiters %d long polls, event streams and session calls; try again shortly, or without wait", h.waiters.max)})
 		return nil, false
-	case refused:
+	case waiterShare:
+		w.Header().Set("Retry-After", "1")
+		h.fail(w, r, &Problem{Type: ProblemOverloaded, Status: http.StatusServiceUnavailable,
+			Detail: fmt.Sprintf("token %s holds %d long polls, event streams and session calls, its share of this API server's -max-waiters %d; try again shortly, or without wait", tok.Name, h.waiters.share, h.waiters.max)})
+		return nil, false
+	case waiterQuota:
 		h.quotaRefused(w, r, &fairshare.QuotaError{Quota: policy.QuotaMaxWaiters, Principal: tok.Name, Queue: queue, Limit: q.MaxWaiters, RetryAfter: time.Second})
 		return nil, false
 	}
 	return func() { h.waiters.give(tok.Name) }, true
+}
+
+// waitRequest holds a waiter (holdWaiter) until the request ends: net/http
+// cancels a request's context once its handler returns.
+func (h *Handler) waitRequest(w http.ResponseWriter, r *http.Request, queue string) bool {
+	release, ok := h.holdWaiter(w, r, queue)
+	if ok {
+		context.AfterFunc(r.Context(), release)
+	}
+	return ok
 }
 
 // quotaRefused answers err when it is a quota's refusal (airlock.ErrQuota):

@@ -121,15 +121,24 @@ func TestSocketSourceRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	cfg := testConfig(t)
-	cfg.Binds = []Bind{{Src: sock, Dst: "/opt/s.sock"}}
-	s, err := NewSlot(cfg)
-	if err == nil {
-		s.Close()
-		t.Fatal("a slot started with a unix socket bound into its view")
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(sock, link); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(err.Error(), "is a unix socket") {
-		t.Errorf("error %q", err)
+	for _, src := range []string{sock, link} {
+		cfg := testConfig(t)
+		cfg.Binds = []Bind{{Src: src, Dst: "/opt/s.sock"}}
+		s, err := NewSlot(cfg)
+		if err == nil {
+			s.Close()
+			t.Fatalf("a slot started with %s, a unix socket, bound into its view", src)
+		}
+		if !strings.Contains(err.Error(), "unix socket") {
+			t.Errorf("%s: error %q", src, err)
+		}
+		if _, err := ParseBinds([]string{src + ":/opt/s.sock"}); err == nil || !strings.Contains(err.Error(), "unix socket") {
+			t.Errorf("ParseBinds(%s): %v, want a refusal naming the socket", src, err)
+		}
 	}
 }
 

@@ -98,7 +98,10 @@ const maxBindEntries = 200000
 // noSockets walks root, without following symlinks, and fails on the
 // first unix socket, or when root has more entries than it will check.
 func noSockets(root string) error {
-	if _, err := os.Stat(root); err != nil {
+	// The tree a step would see: a source that is a symlink is bound as
+	// what it links to.
+	root, err := filepath.EvalSymlinks(root)
+	if err != nil {
 		return err
 	}
 	n := 0
@@ -170,17 +173,28 @@ type tree struct {
 	dir bool
 }
 
+// errSocket: a source is (or links to) a unix socket, which a step could
+// connect to whatever the idmapping: never bound.
+var errSocket = errors.New("a step could connect to it")
+
 // cloneTree copies the mount tree at path (recursively, as a bind mount
 // would) without attaching it anywhere, and applies attrs to every mount of
 // the copy.
 func cloneTree(path string, attrs uint64) (tree, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return tree{}, err
-	}
 	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
 		return tree{}, fmt.Errorf("open_tree %s: %w", path, err)
+	}
+	// What was cloned, not what path names now: open_tree follows a
+	// symlink, and a path may change between a look and the clone.
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return tree{}, fmt.Errorf("fstat %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+		unix.Close(fd)
+		return tree{}, fmt.Errorf("%s is (or links to) a unix socket: %w", path, errSocket)
 	}
 	if attrs != 0 {
 		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attrs}); err != nil {
@@ -435,6 +449,9 @@ func (op *viewOp) copySource(userns int) error {
 		return nil
 	}
 	t, err := cloneTree(op.src, op.attrs)
+	if errors.Is(err, errSocket) && op.optional {
+		return nil // a system entry that links to a socket: left out
+	}
 	if err != nil {
 		return err
 	}

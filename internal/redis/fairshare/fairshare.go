@@ -22,6 +22,7 @@
 package fairshare
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -115,7 +116,10 @@ func QuotasKey(prefix, queue string) string {
 // Admit admits run taskID of principal, just enqueued held in queue
 // (asynq.Group(Group(principal))), and releases what its share allows; or
 // refuses it past its quota, deleting the task: the error is then a
-// *QuotaError. session: the run opens a session (max_sessions).
+// *QuotaError. session: the run opens a session (max_sessions). Only an
+// admitted run is ever released; one never admitted is withdrawn by the
+// sweep (Withdrawn). Admitting a run again (admitted, or released
+// already) checks nothing more.
 func Admit(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, taskID string, session bool) error {
 	k := keysOf(prefix, queue, principal)
 	now := time.Now()
@@ -170,19 +174,30 @@ func release(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, 
 	return n, nil
 }
 
+// Withdrawn is how long after its enqueue a run whose admission never
+// came is deleted by the sweep (Sweep): its enqueuer was told the run was
+// not admitted (or is gone), and nothing of it runs.
+const Withdrawn = 30 * time.Second
+
 // Sweep releases what each principal holding runs in queue may have
 // waiting: after a crash, a canceled run or a task deleted by hand, no
-// start or end of the principal's runs may come to release them. One
-// SMEMBERS, and one script per principal that holds runs.
+// start or end of the principal's runs may come to release them; and
+// withdraws the runs whose admission never came (Withdrawn). One
+// SMEMBERS, and two scripts per principal that holds runs.
 func Sweep(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
 	groups, err := rdb.SMembers(ctx, asynqkey.Prefix(queue)+"groups").Result()
 	if err != nil {
 		return fmt.Errorf("fairshare: listing the principals holding runs in queue %q: %w", queue, err)
 	}
+	cutoff := time.Now().Add(-Withdrawn).Unix()
 	for _, g := range groups {
 		p, ok := strings.CutPrefix(g, groupPrefix)
 		if !ok {
 			continue
+		}
+		k := keysOf(prefix, queue, p)
+		if err := withdrawScript.Run(ctx, rdb, []string{k.group, k.groups}, k.taskPrefix, k.gname, cutoff).Err(); err != nil {
+			return fmt.Errorf("fairshare: withdrawing the runs of principal %q never admitted in queue %q: %w", p, queue, err)
 		}
 		if _, err := Release(ctx, rdb, prefix, queue, p); err != nil {
 			return err
@@ -207,20 +222,22 @@ func PublishQuotas(ctx context.Context, rdb redis.UniversalClient, prefix string
 		vals = append(vals, p, b)
 	}
 	for _, queue := range queues {
-		key := QuotasKey(prefix, queue)
-		_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Del(ctx, key)
-			if len(vals) > 0 {
-				p.HSet(ctx, key, vals...)
-			}
-			return nil
-		})
+		// One script, not MULTI (which the documented ACL leaves out): a
+		// reader never sees the quotas half replaced.
+		err := replaceScript.Run(ctx, rdb, []string{QuotasKey(prefix, queue)}, vals...).Err()
 		if err != nil {
 			return fmt.Errorf("fairshare: publishing the quotas of queue %q: %w", queue, err)
 		}
 	}
 	return nil
 }
+
+// replaceScript replaces a hash with the field, value pairs of ARGV.
+var replaceScript = redis.NewScript(`
+redis.call("DEL", KEYS[1])
+if #ARGV > 0 then redis.call("HSET", KEYS[1], unpack(ARGV)) end
+return 1
+`)
 
 // LoadQuota returns the quota published for principal in queue: its own,
 // else "*"'s, else none (a zero Quota).
@@ -239,14 +256,34 @@ func LoadQuota(ctx context.Context, rdb redis.UniversalClient, prefix, queue, pr
 		if !ok {
 			continue
 		}
-		var q policy.Quota
 		if len(s) > maxQuotaBytes {
 			return policy.Quota{}, fmt.Errorf("fairshare: %s holds a quota of %d bytes, more than a worker publishes (delete it, then restart the queue's workers)", key, len(s))
 		}
-		if err := json.Unmarshal([]byte(s), &q); err != nil {
+		q, err := decodeQuota([]byte(s))
+		if err != nil {
 			return policy.Quota{}, fmt.Errorf("fairshare: %s does not hold quotas: %w (delete it, then restart the queue's workers)", key, err)
 		}
 		return q, nil
 	}
 	return policy.Quota{}, nil
+}
+
+// decodeQuota reads a published quota strictly, as the scripts do: an
+// object of known fields, each a whole number of at least 0 (a size may
+// be written with its unit), never null: a quota that cannot be read
+// bounds nothing it should, so it is an error (closed).
+func decodeQuota(b []byte) (policy.Quota, error) {
+	var q policy.Quota
+	if !bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
+		return q, errors.New("not a JSON object")
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&q); err != nil {
+		return q, err
+	}
+	if q.MaxQueued < 0 || q.MaxActive < 0 || q.MaxSessions < 0 || q.MaxPendingBytes < 0 || q.MaxWaiters < 0 || q.RunsPerMinute < 0 {
+		return q, fmt.Errorf("a negative bound in %+v", q)
+	}
+	return q, nil
 }

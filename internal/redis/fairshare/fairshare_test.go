@@ -308,3 +308,71 @@ func TestLineKeepsOrder(t *testing.T) {
 		t.Error("a holds nothing, yet its group is listed")
 	}
 }
+
+// TestOnlyAdmittedRunsRelease: a run enqueued whose admission never came
+// (its enqueuer crashed, or lost Redis) is never released by another
+// run's admission, nor by a worker; the sweep withdraws it once it is
+// Withdrawn old; admitting a run again checks nothing more and never
+// deletes it.
+func TestOnlyAdmittedRunsRelease(t *testing.T) {
+	f := newFixture(t, map[string]policy.Quota{"a": {MaxQueued: 5}})
+	_, err := f.c.EnqueueContext(f.ctx, asynq.NewTask("run", nil), asynq.Queue(f.queue), asynq.TaskID("lost"), asynq.Group(fairshare.Group("a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := f.enqueue("a", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.pending(); !slices.Equal(got, []string{id}) {
+		t.Fatalf("pending %v, want only the admitted %s", got, id)
+	}
+	if err := fairshare.Admit(f.ctx, f.rdb, "", f.queue, "a", id, false); err != nil {
+		t.Fatalf("admitting a released run again: %v", err)
+	}
+	if n, _ := f.rdb.Exists(f.ctx, asynqkey.Task(f.queue, id)).Result(); n != 1 {
+		t.Fatal("admitting a released run again deleted it")
+	}
+	f.take()
+	if n := f.release("a", ""); n != 0 {
+		t.Errorf("the unadmitted run was released (%d)", n)
+	}
+	group := asynqkey.Prefix(f.queue) + "g:" + fairshare.Group("a")
+	if err := fairshare.Sweep(f.ctx, f.rdb, "", f.queue); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.rdb.Exists(f.ctx, asynqkey.Task(f.queue, "lost")).Result(); n != 1 {
+		t.Fatal("the sweep withdrew a run younger than Withdrawn")
+	}
+	old := float64(time.Now().Add(-fairshare.Withdrawn - time.Second).Unix())
+	if err := f.rdb.ZAdd(f.ctx, group, redis.Z{Score: old, Member: "lost"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fairshare.Sweep(f.ctx, f.rdb, "", f.queue); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.rdb.Exists(f.ctx, asynqkey.Task(f.queue, "lost"), group).Result(); n != 0 {
+		t.Errorf("the sweep left %d of the unadmitted run and its line", n)
+	}
+	if got := f.pending(); len(got) != 0 {
+		t.Errorf("pending %v after the sweep", got)
+	}
+}
+
+// TestQuotaOfWrongTypeRefuses: a quota field that is not a whole number
+// of at least 0 fails the admission (closed), in the scripts as in
+// LoadQuota; so does null.
+func TestQuotaOfWrongTypeRefuses(t *testing.T) {
+	for _, raw := range []string{`{"max_queued": true}`, `{"max_queued": -5}`, `{"max_active": 1.5}`, `{"max_queued": 1e999}`, `[]`, `null`, `{"max_waiters": "x"}`} {
+		f := newFixture(t, nil)
+		if err := f.rdb.HSet(f.ctx, fairshare.QuotasKey("", f.queue), "*", raw).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.enqueue("a", false); err == nil || errors.Is(err, fairshare.ErrQuota) {
+			t.Errorf("%s: admission %v, want an error", raw, err)
+		}
+		if _, err := fairshare.LoadQuota(f.ctx, f.rdb, "", f.queue, "a"); err == nil {
+			t.Errorf("%s: LoadQuota read it", raw)
+		}
+	}
+}

@@ -17,14 +17,32 @@ import "github.com/redis/go-redis/v9"
 //	<P>fair:{q}:rpm:<p>:<minute> string: p's runs admitted in that minute
 //	<P>quotas:{q}                hash: principal (or "*") → its quota, JSON (PublishQuotas)
 const luaLib = `
+-- A run's score in its line: asynq's enqueue gives it the second
+-- (< ADMITTED); its admission, the microsecond (>= ADMITTED). Only
+-- admitted runs are released.
+local ADMITTED = 1000000000000
+
+-- num reads a quota's field: absent is no bound; anything but a whole
+-- number of at least 0 is an error (the admission fails: closed).
+local function num(v)
+  if v == nil then return 0 end
+  if type(v) ~= "number" or v < 0 or v ~= v or v == math.huge or v ~= math.floor(v) then
+    error("fairshare: a quota field holds " .. tostring(v) .. ", not a whole number: fix the policy, then restart the queue's workers")
+  end
+  return v
+end
+
 local function quotaOf(qkey, p)
   local v = redis.call("HMGET", qkey, p, "*")
   local raw = v[1]
   if p == "" or not raw then raw = v[2] end
   if not raw then return {} end
   local ok, q = pcall(cjson.decode, raw)
-  if not ok or type(q) ~= "table" then
-    return redis.error_reply("fairshare: the quota of principal " .. p .. " in " .. qkey .. " is not JSON: delete the key, then restart the queue's workers")
+  if not ok or type(q) ~= "table" or string.sub(raw, 1, 1) ~= "{" then
+    return redis.error_reply("fairshare: the quota of principal " .. p .. " in " .. qkey .. " is not a JSON object: delete the key, then restart the queue's workers")
+  end
+  for _, k in ipairs({"max_queued", "max_active", "max_sessions", "max_waiters", "runs_per_minute"}) do
+    num(q[k])
   end
   return q
 end
@@ -41,12 +59,6 @@ local function rpmWait(prev, cur, rpm, into)
   local y = 0
   if cur > 0 then y = math.max(0, 60000 * (1 - (rpm - 1) / cur)) end
   return (60000 - into) + y
-end
-
-local function num(v)
-  v = tonumber(v)
-  if v == nil or v < 0 then return 0 end
-  return v
 end
 
 -- census counts p's claimed runs that wait (pending, retry, scheduled) and,
@@ -78,7 +90,7 @@ local function release(group, groups, pending, claim, tp, gname, window, maxActi
   local room = window - waiting
   if maxActive > 0 then room = math.min(room, maxActive - waiting - active) end
   if room <= 0 then return 0 end
-  local ids = redis.call("ZRANGE", group, 0, room - 1)
+  local ids = redis.call("ZRANGEBYSCORE", group, ADMITTED, "+inf", "LIMIT", 0, room)
   if #ids == 0 then return 0 end
   redis.call("ZREM", group, unpack(ids))
   local moved, scores = {}, {}
@@ -92,7 +104,7 @@ local function release(group, groups, pending, claim, tp, gname, window, maxActi
       scores[#scores + 1] = id
     end
   end
-  if #ids < room or redis.call("ZCARD", group) == 0 then redis.call("SREM", groups, gname) end
+  if redis.call("ZCARD", group) == 0 then redis.call("SREM", groups, gname) end
   if #moved == 0 then return 0 end
   redis.call("LPUSH", pending, unpack(moved))
   redis.call("ZADD", claim, unpack(scores))
@@ -122,28 +134,35 @@ local q = quotaOf(qkey, p)
 if q.err then return q end
 local maxActive = num(q.max_active)
 
--- asynq scores a group's tasks by the second: the run gets its place in
--- its principal's line by the microsecond (the caller's clock), after
--- every run already there whatever the callers' clocks say.
-local last = redis.call("ZRANGE", group, -2, -1, "WITHSCORES")
-if #last == 4 then
-  local score = tonumber(ARGV[11])
-  local top = last[3] == id and tonumber(last[2]) or tonumber(last[4])
-  if top >= score then score = top + 1 end
-  redis.call("ZADD", group, score, id)
+local at = redis.call("ZSCORE", group, id)
+if not at then
+  -- Not in its line: released by an earlier admission of it, or gone.
+  return {1, 0}
 end
+if tonumber(at) >= ADMITTED then
+  -- Admitted already (its admission again, an idempotent enqueue's
+  -- duplicate): its share only.
+  local waiting, active = census(claim, tp, maxActive > 0, "", "")
+  return {1, release(group, groups, pending, claim, tp, gname, window, maxActive, waiting, active, ms, ns, chan)}
+end
+-- Its place once admitted: by the microsecond (the caller's clock), after
+-- every admitted run of the line whatever the callers' clocks say.
+local score = tonumber(ARGV[11])
+local top = redis.call("ZRANGE", group, -1, -1, "WITHSCORES")
+if #top == 2 and top[1] ~= id and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
 
+-- A refusal deletes the run: it is in its line, never released.
 local function refuse(name, limit, after)
   redis.call("ZREM", group, id)
   redis.call("DEL", tp .. id)
-  if redis.call("EXISTS", group) == 0 then redis.call("SREM", groups, gname) end
+  if redis.call("ZCARD", group) == 0 then redis.call("SREM", groups, gname) end
   return {0, name, limit, after}
 end
 
 local rpm = num(q.runs_per_minute)
 if rpm > 0 then
-  local cur = num(redis.call("GET", KEYS[7]))
-  local prev = num(redis.call("GET", KEYS[8]))
+  local cur = tonumber(redis.call("GET", KEYS[7])) or 0
+  local prev = tonumber(redis.call("GET", KEYS[8])) or 0
   if prev * (60000 - into) / 60000 + cur + 1 > rpm then
     return refuse("runs_per_minute", rpm, math.max(1, math.ceil(rpmWait(prev, cur, rpm, into) / 1000)))
   end
@@ -170,6 +189,7 @@ if rpm > 0 then
   redis.call("INCR", KEYS[7])
   redis.call("PEXPIRE", KEYS[7], 120000)
 end
+redis.call("ZADD", group, score, id)
 if isSession and maxSessions > 0 then
   redis.call("ZADD", sessions, ms, id)
   redis.call("PEXPIRE", sessions, 86400000)
@@ -194,4 +214,23 @@ if q.err then return q end
 local maxActive = num(q.max_active)
 local waiting, active = census(claim, tp, maxActive > 0, done, ARGV[9])
 return release(group, groups, pending, claim, tp, gname, window, maxActive, waiting, active, ms, ns, chan)
+`)
+
+// withdrawScript deletes the runs of a principal's line whose admission
+// never came (their enqueuer crashed or lost Redis between the enqueue
+// and the admission, and was told so): enqueued before the cutoff, never
+// admitted. At most 100 a call.
+//
+// KEYS: group, groups. ARGV: task key prefix, group name, cutoff (Unix s).
+//
+// Returns the runs withdrawn.
+var withdrawScript = redis.NewScript(luaLib + `
+local ids = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", "(" .. ARGV[3], "LIMIT", 0, 100)
+if #ids == 0 then return 0 end
+redis.call("ZREM", KEYS[1], unpack(ids))
+for _, id in ipairs(ids) do
+  if redis.call("HGET", ARGV[1] .. id, "state") == "aggregating" then redis.call("DEL", ARGV[1] .. id) end
+end
+if redis.call("ZCARD", KEYS[1]) == 0 then redis.call("SREM", KEYS[2], ARGV[2]) end
+return #ids
 `)

@@ -177,7 +177,14 @@ func Get(ctx context.Context, c redis.Cmdable, prefix, queue, taskID string) (re
 }
 
 // Exists queues the look-up of refused task taskID of queue on p (a
-// pipeline of Locate's).
-func Exists(ctx context.Context, p redis.Cmdable, prefix, queue, taskID string) *redis.BoolCmd {
-	return p.HExists(ctx, Key(prefix, queue), taskID)
+// pipeline of Locate's); Found reads its answer. An HMGET (a stored
+// record is small), so that the documented ACL needs no HEXISTS.
+func Exists(ctx context.Context, p redis.Cmdable, prefix, queue, taskID string) *redis.SliceCmd {
+	return p.HMGet(ctx, Key(prefix, queue), taskID)
+}
+
+// Found reports whether the look-up Exists queued found a record.
+func Found(c *redis.SliceCmd) bool {
+	v := c.Val()
+	return len(v) == 1 && v[0] != nil
 }

@@ -95,8 +95,8 @@ func TestStoreGetBounded(t *testing.T) {
 		if ok && (rec.TaskID != id || rec.Queue != q || rec.Verdict != record.VerdictSessionLimit) {
 			t.Errorf("refusal %s: %+v", id, rec)
 		}
-		if ok, err := refused.Exists(ctx, rdb, prefix, q, id).Result(); err != nil || ok != (id != "a") {
-			t.Errorf("refused.Exists(%s): %v, %v", id, ok, err)
+		if c := refused.Exists(ctx, rdb, prefix, q, id); c.Err() != nil || refused.Found(c) != (id != "a") {
+			t.Errorf("refused.Exists(%s): %v, %v", id, refused.Found(c), c.Err())
 		}
 	}
 	if order := rdb.LRange(ctx, refused.OrderKey(prefix, q), 0, -1).Val(); !reflect.DeepEqual(order, []string{"b", "c", "d"}) {
