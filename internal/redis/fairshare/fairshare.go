@@ -190,6 +190,7 @@ func Sweep(ctx context.Context, rdb redis.UniversalClient, prefix, queue string)
 		return fmt.Errorf("fairshare: listing the principals holding runs in queue %q: %w", queue, err)
 	}
 	cutoff := time.Now().Add(-Withdrawn).Unix()
+	var errs []error // one principal's failure (its quota unreadable) stops no other's sweep
 	for _, g := range groups {
 		p, ok := strings.CutPrefix(g, groupPrefix)
 		if !ok {
@@ -197,13 +198,16 @@ func Sweep(ctx context.Context, rdb redis.UniversalClient, prefix, queue string)
 		}
 		k := keysOf(prefix, queue, p)
 		if err := withdrawScript.Run(ctx, rdb, []string{k.group, k.groups}, k.taskPrefix, k.gname, cutoff).Err(); err != nil {
-			return fmt.Errorf("fairshare: withdrawing the runs of principal %q never admitted in queue %q: %w", p, queue, err)
+			errs = append(errs, fmt.Errorf("fairshare: withdrawing the runs of principal %q never admitted in queue %q: %w", p, queue, err))
 		}
 		if _, err := Release(ctx, rdb, prefix, queue, p); err != nil {
-			return err
+			errs = append(errs, err)
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // maxQuotaBytes bounds one principal's published quota as it is read.
@@ -274,8 +278,14 @@ func LoadQuota(ctx context.Context, rdb redis.UniversalClient, prefix, queue, pr
 // bounds nothing it should, so it is an error (closed).
 func decodeQuota(b []byte) (policy.Quota, error) {
 	var q policy.Quota
-	if !bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
+	var fields map[string]json.RawMessage
+	if !bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) || json.Unmarshal(b, &fields) != nil {
 		return q, errors.New("not a JSON object")
+	}
+	for k, v := range fields {
+		if string(bytes.TrimSpace(v)) == "null" {
+			return q, fmt.Errorf("%s is null", k)
+		}
 	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()

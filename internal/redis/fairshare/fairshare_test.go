@@ -363,7 +363,7 @@ func TestOnlyAdmittedRunsRelease(t *testing.T) {
 // of at least 0 fails the admission (closed), in the scripts as in
 // LoadQuota; so does null.
 func TestQuotaOfWrongTypeRefuses(t *testing.T) {
-	for _, raw := range []string{`{"max_queued": true}`, `{"max_queued": -5}`, `{"max_active": 1.5}`, `{"max_queued": 1e999}`, `[]`, `null`, `{"max_waiters": "x"}`} {
+	for _, raw := range []string{`{"max_queued": true}`, `{"max_queued": -5}`, `{"max_active": 1.5}`, `{"max_queued": 1e999}`, `[]`, `null`, `{"max_waiters": "x"}`, `{"max_waiters": null}`, `{"max_qeued": 1}`} {
 		f := newFixture(t, nil)
 		if err := f.rdb.HSet(f.ctx, fairshare.QuotasKey("", f.queue), "*", raw).Err(); err != nil {
 			t.Fatal(err)
@@ -373,6 +373,30 @@ func TestQuotaOfWrongTypeRefuses(t *testing.T) {
 		}
 		if _, err := fairshare.LoadQuota(f.ctx, f.rdb, "", f.queue, "a"); err == nil {
 			t.Errorf("%s: LoadQuota read it", raw)
+		}
+	}
+}
+
+// TestSweepGoesOnPastABadQuota: one principal's unreadable quota fails its
+// own release, not the sweep of the others' lines.
+func TestSweepGoesOnPastABadQuota(t *testing.T) {
+	f := newFixture(t, nil)
+	for _, p := range []string{"a", "b"} {
+		if _, err := f.c.EnqueueContext(f.ctx, asynq.NewTask("run", nil), asynq.Queue(f.queue), asynq.TaskID("lost-"+p), asynq.Group(fairshare.Group(p))); err != nil {
+			t.Fatal(err)
+		}
+		old := float64(time.Now().Add(-fairshare.Withdrawn - time.Second).Unix())
+		f.rdb.ZAdd(f.ctx, asynqkey.Prefix(f.queue)+"g:"+fairshare.Group(p), redis.Z{Score: old, Member: "lost-" + p})
+	}
+	if err := f.rdb.HSet(f.ctx, fairshare.QuotasKey("", f.queue), "a", "{").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fairshare.Sweep(f.ctx, f.rdb, "", f.queue); err == nil {
+		t.Error("a's unreadable quota: the sweep says nothing")
+	}
+	for _, p := range []string{"a", "b"} {
+		if n, _ := f.rdb.Exists(f.ctx, asynqkey.Task(f.queue, "lost-"+p)).Result(); n != 0 {
+			t.Errorf("%s's run never admitted is still there", p)
 		}
 	}
 }

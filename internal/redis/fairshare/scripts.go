@@ -41,8 +41,10 @@ local function quotaOf(qkey, p)
   if not ok or type(q) ~= "table" or string.sub(raw, 1, 1) ~= "{" then
     return redis.error_reply("fairshare: the quota of principal " .. p .. " in " .. qkey .. " is not a JSON object: delete the key, then restart the queue's workers")
   end
-  for _, k in ipairs({"max_queued", "max_active", "max_sessions", "max_waiters", "runs_per_minute"}) do
-    num(q[k])
+  local known = {max_queued = true, max_active = true, max_sessions = true, max_waiters = true, runs_per_minute = true, max_pending_bytes = true}
+  for k, v in pairs(q) do
+    if not known[k] then error("fairshare: the quota of principal " .. p .. " in " .. qkey .. " holds an unknown field " .. tostring(k)) end
+    if k ~= "max_pending_bytes" then num(v) end
   end
   return q
 end
