@@ -246,8 +246,8 @@ func (h *harness) apiRound(ctx context.Context, round int, acc *apiAcc) error {
 		if i < 0 {
 			return nil // warm-up
 		}
-		last = rec.TaskID
 		if viaHTTP {
+			last = rec.TaskID // the token's own: runs:read reads no other's
 			httpRun, httpEnq = append(httpRun, total), append(httpEnq, enq)
 		} else {
 			goRun, goEnq = append(goRun, total), append(goEnq, enq)
