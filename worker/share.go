@@ -52,9 +52,10 @@ func (w *Worker) shareEnded(ctx context.Context, rec *record.Run, err error) {
 }
 
 // publishQuotas publishes the risk policy's quotas for queues, so that
-// every front end and worker of the queues enforces them.
+// every front end and worker of the queues enforces them, and its slots as
+// the queues' fair-share window.
 func (w *Worker) publishQuotas(ctx context.Context, queues []string) error {
-	return fairshare.PublishQuotas(ctx, w.cfg.Redis, w.cfg.Prefix, queues, w.cfg.RiskPolicy.Quotas())
+	return fairshare.PublishQuotas(ctx, w.cfg.Redis, w.cfg.Prefix, queues, w.cfg.RiskPolicy.Quotas(), w.cfg.Concurrency)
 }
 
 // sweepShares releases, every fairshare.SweepEvery until ctx ends, what

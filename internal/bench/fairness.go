@@ -139,7 +139,7 @@ func fairnessTable(rows []FairnessRow) string {
 	}
 	fmt.Fprintf(&b, "\nFair share: principal A queues %d runs of %.0f ms on a %d-slot server, then principal B enqueues one run every %s, one at a time; B's enqueue → start, ms\n",
 		rows[0].Backlog, rows[0].RunMS, rows[0].Concurrency, fairEvery)
-	fmt.Fprintln(&b, "baseline: a bare asynq server, one FIFO queue (one B run: it waits for the whole backlog); airlock: each principal's own line, at most 2 of its runs in the queue")
+	fmt.Fprintln(&b, "baseline: a bare asynq server, one FIFO queue (one B run: it waits for the whole backlog); airlock: each principal's own line, at most a window (the worker's slots, here 2) of its runs in the queue")
 	t := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(t, "system\tB runs\tB start p50\tp99\tmax\tA drained, s\t")
 	for _, r := range rows {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlock-run/airlock/internal/redis/wake"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -176,6 +177,15 @@ func (h *harness) timedRun(ctx context.Context, sys string, wl workload, conc in
 	cpu0 := treeCPU(srv.cmd.Process.Pid)
 	start := time.Now()
 	if err := h.insp.UnpauseQueue(q); err != nil {
+		return result{}, err
+	}
+	// An unpause wakes nobody: the idle Airlock worker learns of its runs
+	// at its next idle poll (up to -idle-wait, 2s), unless told. The
+	// feeder's enqueues told it before fair share; now a principal's runs
+	// past its first two are held in its line, and their enqueues wake
+	// nobody: wake it as an operator's unpause would. (The baselines poll
+	// every 10 ms and listen to nothing.)
+	if err := wake.Notify(ctx, h.rdb, "", q); err != nil {
 		return result{}, err
 	}
 	go func() { rest <- f.fill(ctx, n) }()

@@ -40,9 +40,14 @@ import (
 )
 
 // Window is how many runs of one principal wait in a queue's pending list
-// at most (released, not yet taken by a worker): a run of another
-// principal waits behind at most this many of each.
+// at most (released, not yet taken by a worker), unless the queue's
+// workers published more (PublishQuotas: the slots of the last to start,
+// so that one worker's slots all find work): a run of another principal
+// waits behind at most that many of each.
 const Window = 2
+
+// windowField is the field of the quotas hash that holds the window.
+const windowField = "#window"
 
 // SweepEvery is how often a worker sweeps its queues (Sweep).
 const SweepEvery = 10 * time.Second
@@ -214,10 +219,12 @@ func Sweep(ctx context.Context, rdb redis.UniversalClient, prefix, queue string)
 const maxQuotaBytes = 4 << 10
 
 // PublishQuotas stores quotas (policy.Policy.Quotas) as the quotas of each
-// queue, replacing what an earlier worker published (the last worker to
-// start wins, as for grants); none deletes them: no quota.
-func PublishQuotas(ctx context.Context, rdb redis.UniversalClient, prefix string, queues []string, quotas map[string]policy.Quota) error {
-	vals := make([]any, 0, 2*len(quotas))
+// queue, and window (the worker's slots; below Window: Window) as its
+// window, replacing what an earlier worker published (the last worker to
+// start wins, as for grants); no quotas: no quota.
+func PublishQuotas(ctx context.Context, rdb redis.UniversalClient, prefix string, queues []string, quotas map[string]policy.Quota, window int) error {
+	vals := make([]any, 0, 2*len(quotas)+2)
+	vals = append(vals, windowField, max(window, Window))
 	for p, q := range quotas {
 		b, err := json.Marshal(q)
 		if err != nil {

@@ -35,7 +35,7 @@ func newFixture(t *testing.T, quotas map[string]policy.Quota) *fixture {
 	rdb := redistest.Client(t)
 	f := &fixture{t: t, ctx: context.Background(), rdb: rdb, c: asynq.NewClientFromRedisClient(rdb), queue: redistest.Queue(t)}
 	t.Cleanup(func() { _ = f.c.Close() })
-	if err := fairshare.PublishQuotas(f.ctx, rdb, "", []string{f.queue}, quotas); err != nil {
+	if err := fairshare.PublishQuotas(f.ctx, rdb, "", []string{f.queue}, quotas, 0); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -398,5 +398,22 @@ func TestSweepGoesOnPastABadQuota(t *testing.T) {
 		if n, _ := f.rdb.Exists(f.ctx, asynqkey.Task(f.queue, "lost-"+p)).Result(); n != 0 {
 			t.Errorf("%s's run never admitted is still there", p)
 		}
+	}
+}
+
+// TestWindowFromTheWorkers: a queue whose workers published 4 slots lets 4
+// runs of a principal wait in the queue, so that every slot finds one.
+func TestWindowFromTheWorkers(t *testing.T) {
+	f := newFixture(t, nil)
+	if err := fairshare.PublishQuotas(f.ctx, f.rdb, "", []string{f.queue}, nil, 4); err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		if _, err := f.enqueue("a", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.pending(); len(got) != 4 {
+		t.Errorf("pending %v, want 4 of a's runs", got)
 	}
 }

@@ -15,7 +15,7 @@ import "github.com/redis/go-redis/v9"
 //	<P>fair:{q}:claim:<p>        zset: p's runs released (waiting or, with max_active, running), by release time
 //	<P>fair:{q}:sessions:<p>     zset: p's open sessions, by open time
 //	<P>fair:{q}:rpm:<p>:<minute> string: p's runs admitted in that minute
-//	<P>quotas:{q}                hash: principal (or "*") → its quota, JSON (PublishQuotas)
+//	<P>quotas:{q}                hash: principal (or "*") → its quota, JSON; "#window" → the window (PublishQuotas)
 const luaLib = `
 -- A run's score in its line: asynq's enqueue gives it the second
 -- (< ADMITTED); its admission, the microsecond (>= ADMITTED). Only
@@ -32,11 +32,16 @@ local function num(v)
   return v
 end
 
-local function quotaOf(qkey, p)
-  local v = redis.call("HMGET", qkey, p, "*")
+-- quotaOf returns p's quota (its own, else "*"'s, else none) and the
+-- queue's window as its workers published it ("#window": their slots),
+-- never below the caller's.
+local function quotaOf(qkey, p, window)
+  local v = redis.call("HMGET", qkey, p, "*", "#window")
+  local w = tonumber(v[3])
+  if w and w > window and w <= 1000 then window = w end
   local raw = v[1]
   if p == "" or not raw then raw = v[2] end
-  if not raw then return {} end
+  if not raw then return {}, window end
   local ok, q = pcall(cjson.decode, raw)
   if not ok or type(q) ~= "table" or string.sub(raw, 1, 1) ~= "{" then
     return redis.error_reply("fairshare: the quota of principal " .. p .. " in " .. qkey .. " is not a JSON object: delete the key, then restart the queue's workers")
@@ -46,7 +51,7 @@ local function quotaOf(qkey, p)
     if not known[k] then error("fairshare: the quota of principal " .. p .. " in " .. qkey .. " holds an unknown field " .. tostring(k)) end
     if k ~= "max_pending_bytes" then num(v) end
   end
-  return q
+  return q, window
 end
 
 -- rpmWait is how long (ms), from into ms into this minute, until one more
@@ -132,7 +137,8 @@ var admitScript = redis.NewScript(luaLib + `
 local group, groups, pending, claim, sessions, qkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local tp, gname, p, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ms, ns, window, isSession, chan, into = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8] == "1", ARGV[9], tonumber(ARGV[10])
-local q = quotaOf(qkey, p)
+local q
+q, window = quotaOf(qkey, p, window)
 if q.err then return q end
 local maxActive = num(q.max_active)
 
@@ -211,7 +217,8 @@ var releaseScript = redis.NewScript(luaLib + `
 local group, groups, pending, claim, qkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tp, gname, p, done = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ms, ns, window, chan = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8]
-local q = quotaOf(qkey, p)
+local q
+q, window = quotaOf(qkey, p, window)
 if q.err then return q end
 local maxActive = num(q.max_active)
 local waiting, active = census(claim, tp, maxActive > 0, done, ARGV[9])
