@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/airlock-run/airlock/limits"
@@ -32,45 +31,11 @@ const DefaultMaxBodyBytesInFlight = 64 << 20
 // bodyRetryAfter is the Retry-After of a body refused for room.
 const bodyRetryAfter = time.Second
 
-// budget counts the bytes of request bodies in flight, at most max, and
-// those of each token, at most share: one caller never holds the whole of
-// it (share is the larger of half of max and the largest body a route
-// takes, so that every body can be read).
-type budget struct {
-	max, share int64
-	mu         sync.Mutex
-	used       int64
-	by         map[string]int64
-}
-
-func newBudget(bound, largest int64) *budget {
-	return &budget{max: bound, share: min(bound, max(bound/2, largest)), by: map[string]int64{}}
-}
-
-// take reserves n bytes for token, or says which bound they would pass:
-// all (the server's) or share (the token's).
-func (b *budget) take(token string, n int64) (all, share bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case b.used+n > b.max:
-		return true, false
-	case b.by[token]+n > b.share:
-		return false, true
-	}
-	b.used += n
-	b.by[token] += n
-	return false, false
-}
-
-// give gives back n bytes token took.
-func (b *budget) give(token string, n int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.used -= n
-	if b.by[token] -= n; b.by[token] <= 0 {
-		delete(b.by, token)
-	}
+// newBodies bounds the bytes of request bodies in flight: bound in all, and
+// per token the larger of half of it and the largest body a route takes
+// (so that every body can be read).
+func newBodies(bound, largest int64) *shares {
+	return newShares(bound, max(bound/2, largest))
 }
 
 // readAll reads r's body, at most max bytes, within the bytes in flight:
@@ -88,11 +53,11 @@ func (h *Handler) readAll(w http.ResponseWriter, r *http.Request, max int64, fie
 		n = max // unknown: the cap, which the reader stops at
 	}
 	token := tokenOf(r).Name
-	if all, share := h.bodies.take(token, n); all || share {
+	if why := h.bodies.take(token, n, 0); why != shareOK {
 		w.Header().Set("Retry-After", strconv.Itoa(int(bodyRetryAfter/time.Second)))
 		detail := fmt.Sprintf("the API is reading as many request bodies as it may at once (%s, its -max-body-bytes-in-flight); this one (%d bytes) is not read: retry after %s",
 			limits.Bytes(h.bodies.max), n, bodyRetryAfter)
-		if share {
+		if why == shareToken {
 			detail = fmt.Sprintf("token %s has as many request bodies in flight as one token may (%s, half of -max-body-bytes-in-flight, or the largest body); this one (%d bytes) is not read: retry after %s",
 				token, limits.Bytes(h.bodies.share), n, bodyRetryAfter)
 		}

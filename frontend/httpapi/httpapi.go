@@ -108,10 +108,10 @@ type Handler struct {
 	log        zerolog.Logger
 	mux        *http.ServeMux
 	tracer     trace.Tracer
-	bodies     *budget       // bytes of request bodies in flight (body.go)
+	bodies     *shares       // bytes of request bodies in flight (body.go)
 	sessions   *session.Conn // a call's room, before its body is read
 	prefix     string        // Options.Prefix
-	waiters    *waiters      // long polls and event streams open (waiters.go)
+	waiters    *shares       // long polls, event streams and session calls open (waiters.go)
 	calls      sessionCalls  // calls with a body in progress per session (sessioncall.go)
 
 	stopCtx context.Context // canceled by Close
@@ -160,7 +160,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Handler, error) {
 		keepAlive:  opts.KeepAlive,
 		log:        zerolog.Nop(),
 		tracer:     tracing.Tracer(opts.TracerProvider),
-		bodies:     newBudget(opts.MaxBodyBytesInFlight, int64(max(opts.MaxPayload, session.MaxFileBytes))),
+		bodies:     newBodies(opts.MaxBodyBytesInFlight, int64(max(opts.MaxPayload, session.MaxFileBytes))),
 		sessions:   session.NewConn(rdb, opts.Prefix),
 		prefix:     opts.Prefix,
 		waiters:    newWaiters(opts.MaxWaiters),
