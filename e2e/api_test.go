@@ -232,7 +232,7 @@ func TestAPIRunApproveResult(t *testing.T) {
 	}
 	status, _, body = api.send("POST", "/v1/runs", apiAgent, `{"version": 1, "steps": [{"run": ["true"], "cwd": "/"}]}`, nil, true)
 	var p httpapi.Problem
-	if status != 400 || json.Unmarshal(body, &p) != nil || p.Field != "steps[0].cwd" || !strings.HasPrefix(p.Detail, "spec rejected: steps[0].cwd: unknown field") {
+	if status != 400 || json.Unmarshal(body, &p) != nil || p.Field != "steps[0].cwd" || !strings.HasPrefix(p.Detail, "spec rejected: steps[0].cwd: \"/\" is absolute") {
 		t.Errorf("bad spec: %d %s", status, body)
 	}
 

@@ -332,7 +332,7 @@ func TestMCPRunAction(t *testing.T) {
 	// Rejected: a tool error (isError) naming the field, as the CLIs do.
 	for _, tc := range []struct{ args, field, msg string }{
 		{`{"spec": {"version": 1, "steps": [{"run": ["true"], "tiemout": "1s"}]}}`, "spec.steps[0].tiemout",
-			"spec rejected: spec.steps[0].tiemout: unknown field (known fields: name, run, stdin, timeout, env)"},
+			"spec rejected: spec.steps[0].tiemout: unknown field (known fields: name, run, stdin, timeout, env, cwd)"},
 		{`{"spec": {"version": 1, "steps": [{"run": "true"}]}}`, "spec.steps[0].run", "spec rejected: spec.steps[0].run: want a JSON array"},
 		{`{"spec": {"version": 1, "steps": [{"run": ["true"]}], "limits": {"memory": "64GiB"}}}`, "spec.limits.memory", "spec rejected: spec.limits.memory: "},
 		{`{"spec": {"version": 1, "queue": "elsewhere", "steps": [{"run": ["true"]}]}}`, "spec.queue", `queue "elsewhere" is not one this MCP server serves`},

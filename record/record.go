@@ -204,15 +204,18 @@ type Workspace struct {
 
 // Step is the record of one step.
 type Step struct {
-	Name       string   `json:"name"`
-	Argv       []string `json:"argv"`
-	ExitCode   *int     `json:"exit_code"`
-	Signal     string   `json:"signal,omitempty"`
-	Verdict    Verdict  `json:"verdict"`
-	Error      string   `json:"error,omitempty"`
-	DurationMS float64  `json:"duration_ms"`
-	CPUMS      float64  `json:"cpu_ms"`
-	MaxRSSKB   int64    `json:"max_rss_kb"`
+	Name string   `json:"name"`
+	Argv []string `json:"argv"`
+	// Cwd is the directory the step started in, relative to the
+	// workspace, when its spec or call gave one.
+	Cwd        string  `json:"cwd,omitempty"`
+	ExitCode   *int    `json:"exit_code"`
+	Signal     string  `json:"signal,omitempty"`
+	Verdict    Verdict `json:"verdict"`
+	Error      string  `json:"error,omitempty"`
+	DurationMS float64 `json:"duration_ms"`
+	CPUMS      float64 `json:"cpu_ms"`
+	MaxRSSKB   int64   `json:"max_rss_kb"`
 	// MemoryPeakBytes is the peak of the step's cgroup (its processes'
 	// memory, tmpfs, shm and memfd pages, page cache); absent without a
 	// cgroup. OOMKills counts the processes the kernel killed at the limit.

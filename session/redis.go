@@ -82,31 +82,36 @@ func micros(s string) time.Time {
 
 // pushIfOpen pushes a call only while the session is open and holds
 // fewer than MaxQueuedCalls waiting, answering the state otherwise (""
-// when there is no session, "busy" when the calls are full).
+// when there is no session, "busy" when the calls are full), and the
+// worker holding it when pushed.
 var pushIfOpen = redis.NewScript(`
-local st = redis.call('HGET', KEYS[1], 'state')
-if st ~= 'open' then return st or '' end
-if redis.call('LLEN', KEYS[2]) >= tonumber(ARGV[3]) then return 'busy' end
+local v = redis.call('HMGET', KEYS[1], 'state', 'worker')
+if v[1] ~= 'open' then return {v[1] or '', ''} end
+if redis.call('LLEN', KEYS[2]) >= tonumber(ARGV[3]) then return {'busy', ''} end
 redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return 'pushed'`)
+return {'pushed', v[2] or ''}`)
 
-// Call sends a call to the worker holding session id and waits up to wait
-// for its answer. An answer that is not a success is returned as an
-// *Error; so is a session not open (404, 409 opening, 410 ended) and an
-// answer that does not come in time (504, with the session's state).
+// Call sends a call to the worker holding session id, rings its bell, and
+// waits up to wait for its answer. An answer that is not a success is
+// returned as an *Error; so is a session not open (404, 409 opening, 410
+// ended) and an answer that does not come in time (504, with the
+// session's state).
 func (c *Conn) Call(ctx context.Context, id string, call Call, wait time.Duration) (*Answer, error) {
 	b, err := encodeCall(call)
 	if err != nil {
 		return nil, err
 	}
 	keys := []string{c.stateKey(id), c.callsKey(id)}
-	st, err := pushIfOpen.Run(ctx, c.rdb, keys, b, (wait + AnswerTTL).Milliseconds(), MaxQueuedCalls).Text()
+	res, err := pushIfOpen.Run(ctx, c.rdb, keys, b, (wait + AnswerTTL).Milliseconds(), MaxQueuedCalls).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("session %s: send the call: %w", id, err)
 	}
-	if st != "pushed" {
-		return nil, c.notOpen(ctx, id, st)
+	if res[0] != "pushed" {
+		return nil, c.notOpen(ctx, id, res[0])
+	}
+	if err := c.Ring(ctx, res[1], id); err != nil {
+		return nil, fmt.Errorf("session %s: ring its worker: %w", id, err)
 	}
 	return c.await(ctx, id, call.ID, wait)
 }
@@ -171,12 +176,19 @@ func (c *Conn) await(ctx context.Context, id, callID string, wait time.Duration)
 		switch {
 		case in.State == StateEnded:
 			return nil, &Error{Status: http.StatusGone, State: in.State, End: in.End, Msg: fmt.Sprintf("the session ended before it answered: %s", in.ended())}
-		case in.State == StateOpen && !in.SeenAt.IsZero() && time.Since(in.SeenAt) > DeadAfter:
-			msg := fmt.Sprintf("the worker holding the session (%s) stopped answering %s ago: the session failed, and is never replayed", in.Worker, time.Since(in.SeenAt).Round(time.Second))
+		case in.State == StateOpen && !c.alive(ctx, in.Worker):
+			msg := fmt.Sprintf("the worker holding the session (%s) stopped answering (no beat for %s): the session failed, and is never replayed", in.Worker, DeadAfter)
 			if err := c.End(ctx, id, record.StateFailed, msg, time.Hour); err != nil {
 				return nil, err
 			}
 			return nil, &Error{Status: http.StatusGone, State: StateEnded, End: record.StateFailed, Msg: msg}
+		case in.State == StateOpen && callID != "open":
+			// A bell lost with a connection: ring again (a worker
+			// serving the session takes nothing twice: the call is
+			// popped once).
+			_ = c.Ring(ctx, in.Worker, id)
+		}
+		switch {
 		case time.Until(deadline) <= 0:
 			return nil, &Error{Status: http.StatusGatewayTimeout, State: in.State,
 				Msg: fmt.Sprintf("no answer in %s from the worker holding the session (%s)", wait, in.Worker)}
@@ -202,16 +214,85 @@ func (c *Conn) late(ctx context.Context, id, callID string) (*Answer, error) {
 }
 
 // Liveness of the worker holding a session: it beats every BeatEvery
-// (Beat); a caller that finds no beat for DeadAfter ends the session as
-// failed.
+// (Alive), for all the sessions it holds at once; a caller that finds no
+// beat for DeadAfter ends the session as failed.
 const (
 	BeatEvery = 2 * time.Second
 	DeadAfter = 10 * time.Second
 )
 
-// Beat says the worker holding session id is alive.
-func (c *Conn) Beat(ctx context.Context, id string) error {
-	return c.rdb.HSet(ctx, c.stateKey(id), "seen_at", time.Now().UnixMicro()).Err()
+func (c *Conn) aliveKey(worker string) string { return c.prefix + "worker:{" + worker + "}:alive" }
+func (c *Conn) bellKey(worker string) string  { return c.prefix + "worker:{" + worker + "}:bell" }
+
+// Alive says worker is alive, for DeadAfter: one command for all the
+// sessions it holds.
+func (c *Conn) Alive(ctx context.Context, worker string) error {
+	return c.rdb.Set(ctx, c.aliveKey(worker), time.Now().UnixMicro(), DeadAfter).Err()
+}
+
+// Gone withdraws worker's beat: it holds no session any more (a clean
+// stop).
+func (c *Conn) Gone(ctx context.Context, worker string) error {
+	return c.rdb.Del(ctx, c.aliveKey(worker)).Err()
+}
+
+// alive reports whether worker beat within DeadAfter; true when Redis
+// does not say (the caller waits on).
+func (c *Conn) alive(ctx context.Context, worker string) bool {
+	n, err := c.rdb.Exists(ctx, c.aliveKey(worker)).Result()
+	return err != nil || n > 0
+}
+
+// Ring tells worker that session id has a call waiting: its bell, one
+// list for all the sessions it holds, which it blocks on (Bells).
+func (c *Conn) Ring(ctx context.Context, worker, id string) error {
+	if worker == "" {
+		return nil
+	}
+	p := c.rdb.Pipeline()
+	p.RPush(ctx, c.bellKey(worker), id)
+	p.Expire(ctx, c.bellKey(worker), AnswerTTL)
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// maxBells is how many rings Bells takes at once.
+const maxBells = 128
+
+// Bells waits up to wait for rings of worker's bell and returns the
+// session ids rung (nil when none came): one blocking command for all the
+// sessions the worker holds.
+func (c *Conn) Bells(ctx context.Context, worker string, wait time.Duration) ([]string, error) {
+	res, err := c.rdb.BLPop(ctx, wait, c.bellKey(worker)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ids := []string{res[1]}
+	more, err := c.rdb.LPopCount(ctx, c.bellKey(worker), maxBells).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return ids, nil
+	}
+	return append(ids, more...), nil
+}
+
+// Take pops the next call of session id: nil, nil when none waits. Each
+// call is popped once: a call is never served twice.
+func (c *Conn) Take(ctx context.Context, id string) (*Call, error) {
+	b, err := c.rdb.LPop(ctx, c.callsKey(id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var call Call
+	if err := json.Unmarshal(b, &call); err != nil {
+		return &Call{Op: "invalid"}, nil
+	}
+	return &call, nil
 }
 
 // AwaitOpen waits up to wait for the worker's answer to the open.
@@ -251,33 +332,6 @@ func (c *Conn) Hold(ctx context.Context, id, queue, worker string, expires time.
 		return fmt.Errorf("session %s was held by worker %s, which stopped answering: a session is never replayed on another worker", id, res[1])
 	}
 	return fmt.Errorf("session %s is %s: a session is never replayed", id, res[0])
-}
-
-// Next waits up to wait for the next call of session id: nil, nil when
-// none came. It blocks in slices of at most a second so that ctx ends it.
-func (c *Conn) Next(ctx context.Context, id string, wait time.Duration) (*Call, error) {
-	deadline := time.Now().Add(wait)
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		res, err := c.rdb.BLPop(ctx, min(left, time.Second), c.callsKey(id)).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		var call Call
-		if err := json.Unmarshal([]byte(res[1]), &call); err != nil {
-			return &Call{Op: "invalid"}, nil
-		}
-		return &call, nil
-	}
 }
 
 // Answer sends the answer to call callID of session id; it stays

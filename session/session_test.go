@@ -66,9 +66,23 @@ func TestCallsAndEnd(t *testing.T) {
 	if err := c.Hold(ctx, "s2", "q", "w", time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.Alive(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() {
-		call, err := c.Next(ctx, "s2", 5*time.Second)
+		// The worker's bell names the session; the call is popped once.
+		ids, err := c.Bells(ctx, "w", 5*time.Second)
+		var call *session.Call
+		if err == nil && (len(ids) != 1 || ids[0] != "s2") {
+			err = fmt.Errorf("bells %q, want [s2]", ids)
+		}
+		if err == nil {
+			call, err = c.Take(ctx, "s2")
+		}
+		if again, _ := c.Take(ctx, "s2"); again != nil {
+			err = errors.New("a call taken twice")
+		}
 		if err == nil && (call == nil || string(call.Data) != "hi") {
 			err = errors.New("wrong call")
 		}

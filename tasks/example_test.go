@@ -22,7 +22,7 @@ func ExampleDecode() {
 	}
 	fmt.Println("invalid spec:", errors.Is(err, tasks.ErrInvalidSpec))
 	// Output:
-	// steps[0].tiemout: unknown field (known fields: name, run, stdin, timeout, env)
+	// steps[0].tiemout: unknown field (known fields: name, run, stdin, timeout, env, cwd)
 	// field: steps[0].tiemout
 	// invalid spec: true
 }

@@ -186,7 +186,7 @@ func TestSpecSchemaAgreesWithDecoder(t *testing.T) {
 		`{"steps": [{"run": ["true"], "stdin": "${secret:X}"}], "secrets": ["X"]}`,
 		`{"steps": [{"run": ["true"], "env": {"HOME": "/"}}]}`, `{"steps": [{"run": ["true"], "env": {"1X": "a"}}]}`,
 		`{"steps": [{"run": ["true"], "env": {"X": 1}}]}`, `{"steps": [{"run": ["true"], "env": {"X": "a\u0000"}}]}`,
-		`{"steps": [{"run": ["true"], "timeout": "1 s"}]}`, `{"steps": [{"run": ["true"], "cwd": "x"}]}`,
+		`{"steps": [{"run": ["true"], "timeout": "1 s"}]}`, `{"steps": [{"run": ["true"], "cwd": "../x"}]}`,
 		`{"limits": {"memory": "lots"}}`, `{"limits": {"memory": -1}}`,
 		`{"limits": {"processes": -1}}`, `{"limits": {"processes": "8"}}`,
 		`{"limits": {"cpu_time": 5}}`, `{"limits": {"memroy": "1MiB"}}`,

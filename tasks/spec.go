@@ -95,6 +95,10 @@ type Step struct {
 	Stdin   string            `json:"stdin,omitempty"`
 	Timeout limits.Duration   `json:"timeout,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	// Cwd is the directory the step starts in, relative to the workspace
+	// (/workspace, the default), clean and without "..": "out", "src/app".
+	// A directory the step finds missing fails it (exec_error).
+	Cwd string `json:"cwd,omitempty"`
 }
 
 // Output is the output contract: where the result is, the JSON Schema it
@@ -291,6 +295,11 @@ func (s *Spec) prepareSteps() error {
 		for j, a := range st.Run {
 			if strings.ContainsRune(a, 0) {
 				return &FieldError{Field: fmt.Sprintf("%s.run[%d]", f, j), Msg: "contains a NUL byte"}
+			}
+		}
+		if st.Cwd != "" {
+			if err := CheckPath(f+".cwd", st.Cwd); err != nil {
+				return err
 			}
 		}
 		if st.Timeout > s.Timeout {

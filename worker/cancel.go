@@ -67,6 +67,7 @@ func (w *Worker) watchEnd(id string) func() {
 // to the task's handler, if it still runs (a canceled or expired context).
 func (w *Worker) asynqFailed(ctx context.Context, _ *asynq.Task, err error) {
 	id, _ := asynq.GetTaskID(ctx)
+	w.gate.failed(id)
 	if v, ok := w.ended.Load(id); ok {
 		select {
 		case v.(chan error) <- err:

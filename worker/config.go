@@ -111,10 +111,16 @@ type Config struct {
 	// its default, negative sets no bound.
 	MaxPending    int64
 	SweepInterval time.Duration // approval expiry and promotion catch-up; default 10s
-	// MaxSessions bounds the sessions the worker holds at once, each on
-	// a slot, to keep slots for one-shot runs; an open beyond it is
-	// refused (429). Default half the slots, at least 1; negative: none.
+	// MaxSessions bounds the sessions the worker holds open at once; an
+	// open beyond it is refused (429). An idle session holds no slot (its
+	// workspace is parked between calls), only a goroutine and its parked
+	// archive. Default DefaultMaxSessions; negative: no bound but
+	// MaxSessionBytes (and unboundedSessions handlers).
 	MaxSessions int
+	// MaxSessionBytes bounds the bytes the parked workspaces of its open
+	// sessions hold together, on the disk of the workspace root: an open
+	// past it is refused (429). Default DefaultMaxSessionBytes.
+	MaxSessionBytes int64
 
 	// TracerProvider makes the spans of runs, decisions and promotions
 	// (package tracing); nil: the global provider, a no-op until a
@@ -144,6 +150,15 @@ type Observer interface {
 	RedisError(op string)
 }
 
+// Defaults of the sessions' bounds (Config.MaxSessions, MaxSessionBytes).
+const (
+	DefaultMaxSessions           = 1024
+	DefaultMaxSessionBytes int64 = 8 << 30
+	// unboundedSessions is what a negative MaxSessions stands for: the
+	// handlers asynq may run for sessions.
+	unboundedSessions = 1 << 16
+)
+
 // ErrIsolation is returned by New in strict mode when a tier is missing.
 var ErrIsolation = sandbox.ErrStrict
 
@@ -151,8 +166,14 @@ func (c *Config) defaults() {
 	if c.Concurrency <= 0 {
 		c.Concurrency = 2
 	}
+	if c.MaxSessionBytes <= 0 {
+		c.MaxSessionBytes = DefaultMaxSessionBytes
+	}
+	if c.MaxSessions < 0 {
+		c.MaxSessions = unboundedSessions
+	}
 	if c.MaxSessions == 0 {
-		c.MaxSessions = max(1, c.Concurrency/2)
+		c.MaxSessions = DefaultMaxSessions
 	}
 	if len(c.Queues) == 0 {
 		c.Queues = map[string]int{"default": 1}

@@ -101,7 +101,7 @@ func TestDecideSecretInEnv(t *testing.T) {
 			sp := spec(t, specJS)
 			sp.Queue = "q"
 			rec := &record.Run{TaskID: "task-" + strings.ReplaceAll(tt.name, " ", "-"), RunID: sp.RunID, Queue: "q", State: record.StateCompleted, Verdict: record.VerdictOK}
-			j := &job{spec: sp, slot: &slot{uidN: -1}, rec: rec, aid: approvalID(rec.TaskID, []byte(specJS+tt.name))}
+			j := &job{spec: sp, seat: seat{slot: &slot{uidN: -1}}, rec: rec, aid: approvalID(rec.TaskID, []byte(specJS+tt.name))}
 			out := w.output(context.Background(), j, workspace(t, map[string]string{"out/result.json": `{"n": 1}`}), time.Now().Add(time.Minute))
 			if out.err != nil {
 				t.Fatal(out.err)

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/actions"
 	"github.com/airlock-run/airlock/approve"
+	"github.com/airlock-run/airlock/internal/network/egress"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
@@ -69,17 +70,22 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 	ctx, span := w.startRun(ctx, t, &rec)
 	defer endRun(span, &rec)
 	defer w.watchEnd(rec.TaskID)()
-	out := w.carryOut(ctx, t, &rec)
+	release := w.gate.started(rec.TaskID)
+	defer release() // a run that never sat, or a session that ended seated
+	out := w.carryOut(ctx, t, &rec, release)
 	err := w.report(ctx, &rec, out)
 	if out.session != nil {
 		w.endSession(ctx, &rec, out.session)
 	}
 	w.shareEnded(ctx, &rec, err)
+	if err == nil {
+		w.gate.succeeded(rec.TaskID)
+	}
 	return err
 }
 
 // carryOut runs the phases of one attempt and fills rec.
-func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) outcome {
+func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run, released func()) outcome {
 	spec, digest, err := w.decode(t.Payload())
 	if err != nil {
 		return w.refuse(rec, record.VerdictError, "spec rejected: "+err.Error())
@@ -115,21 +121,13 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 		return outcome{}
 	}
 
-	j := &job{spec: spec, rec: rec, aid: approvalID(rec.TaskID, t.Payload()), secrets: sec}
+	j := &job{spec: spec, rec: rec, aid: approvalID(rec.TaskID, t.Payload()), secrets: sec, released: released}
 	if spec.Session != nil {
 		var refused outcome
 		if j.session, refused = w.holdSession(ctx, j); j.session == nil {
 			return refused
 		}
 	}
-	var s *slot
-	select {
-	case s = <-w.slots:
-	case <-ctx.Done():
-		return outcome{err: errHandedBack, session: j.session} // shutdown before a slot came free
-	}
-	defer func() { w.slots <- s }()
-
 	// Steps are canceled when the worker shuts down; the task's own
 	// deadline is enforced per step by the sandbox.
 	runCtx, cancel := context.WithCancel(ctx)
@@ -141,7 +139,6 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 		case <-runCtx.Done():
 		}
 	}()
-	j.slot = s
 	out := w.run(runCtx, j)
 	out.secrets, out.session = sec, j.session
 	return out
@@ -149,12 +146,19 @@ func (w *Worker) carryOut(ctx context.Context, t *asynq.Task, rec *record.Run) o
 
 // job is one attempt of a run, as its phases share it.
 type job struct {
-	spec    *tasks.Spec
-	slot    *slot
-	rec     *record.Run
-	aid     string // the id its approval gets, if it comes to one
-	secrets *secrets.Set
-	session *heldSession // the session the run holds; nil for a one-shot run
+	spec *tasks.Spec
+	// seat is the slot the run sits in now (seat.go): for its whole
+	// attempt, or a session's for one call; empty while a session is
+	// parked.
+	seat seat
+	// egress is a networked run's, served by whichever slot it sits in.
+	egress *egress.Run
+	// released tells the gate the run gave its first slot back (once).
+	released func()
+	rec      *record.Run
+	aid      string // the id its approval gets, if it comes to one
+	secrets  *secrets.Set
+	session  *heldSession // the session the run holds; nil for a one-shot run
 	// stepSpans counts the step spans started, for their index.
 	stepSpans int
 }
@@ -355,7 +359,16 @@ func joinErr(a, b string) string {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // handlePromote is the asynq handler of approve.TypePromote.
-func (w *Worker) handlePromote(ctx context.Context, t *asynq.Task) error {
+func (w *Worker) handlePromote(ctx context.Context, t *asynq.Task) (err error) {
+	// A promotion takes no slot, but the gate counted one when asynq
+	// took its task.
+	id, _ := asynq.GetTaskID(ctx)
+	defer w.gate.started(id)()
+	defer func() {
+		if err == nil {
+			w.gate.succeeded(id)
+		}
+	}()
 	var p approve.Payload
 	if err := json.Unmarshal(t.Payload(), &p); err != nil || p.ApprovalID == "" {
 		return fmt.Errorf("promote: bad payload: %w", asynq.SkipRetry)

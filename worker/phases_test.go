@@ -187,7 +187,7 @@ func TestOutputPhases(t *testing.T) {
 			w, store := phaseWorker(t, tt.policy)
 			sp := spec(t, specJS)
 			rec := &record.Run{TaskID: "task-" + strings.ReplaceAll(tt.name, " ", "-"), RunID: sp.RunID, Queue: "q", State: record.StateCompleted, Verdict: record.VerdictOK}
-			j := &job{spec: sp, slot: &slot{uidN: -1}, rec: rec, aid: approvalID(rec.TaskID, []byte(specJS))}
+			j := &job{spec: sp, seat: seat{slot: &slot{uidN: -1}}, rec: rec, aid: approvalID(rec.TaskID, []byte(specJS))}
 			out := w.output(context.Background(), j, workspace(t, tt.files), time.Now().Add(time.Minute))
 			if out.err != nil || out.promote != "" {
 				t.Fatalf("outcome %+v", out)
@@ -229,7 +229,7 @@ func TestSettleEmitsNoEvent(t *testing.T) {
 	}
 	sp := spec(t, `{"version": 1, "steps": [{"run": ["true"]}], "output": {"result": "out/result.json"}}`)
 	rec := &record.Run{TaskID: "t-quiet", RunID: sp.RunID, Queue: "q", State: record.StateCompleted, Verdict: record.VerdictOK}
-	j := &job{spec: sp, slot: &slot{uidN: -1}, rec: rec, aid: "ap-quiet"}
+	j := &job{spec: sp, seat: seat{slot: &slot{uidN: -1}}, rec: rec, aid: "ap-quiet"}
 	w.output(ctx, j, workspace(t, map[string]string{"out/result.json": `{}`}), time.Now().Add(time.Minute))
 	if rec.State != record.StatePromoted {
 		t.Fatalf("state %s: %s", rec.State, rec.Error)

@@ -37,7 +37,12 @@ const sessionStateTTL = 24 * time.Hour
 // heldSession is a session this worker holds.
 type heldSession struct {
 	answered bool // the open was answered
-	stopBeat func()
+	// bell is rung when a call waits (the worker's bell, sessionpark.go).
+	bell chan struct{}
+	// archive is the file its workspace is parked in between calls, and
+	// archived its size (for -max-session-bytes).
+	archive  string
+	archived int64
 	// envSecrets are the secrets its step calls saw in their environment
 	// (the spec's own steps' are the spec's EnvSecrets), for the policy.
 	envSecrets []string
@@ -49,9 +54,13 @@ type heldSession struct {
 func (w *Worker) holdSession(ctx context.Context, j *job) (*heldSession, outcome) {
 	rec, spec := j.rec, j.spec
 	rec.Session = &record.Session{IdleTimeout: spec.Session.IdleTimeout}
-	if n := w.sessionsHeld.Add(1); w.cfg.MaxSessions > 0 && n > int64(w.cfg.MaxSessions) {
+	n := w.sessionsHeld.Add(1)
+	if n > int64(w.cfg.MaxSessions) || w.sessionBytes.Load() >= w.cfg.MaxSessionBytes {
 		w.sessionsHeld.Add(-1)
 		msg := fmt.Sprintf("this worker holds its -max-sessions %d sessions; try again later", w.cfg.MaxSessions)
+		if n <= int64(w.cfg.MaxSessions) {
+			msg = fmt.Sprintf("the parked workspaces of this worker's sessions hold its -max-session-bytes %d; try again later", w.cfg.MaxSessionBytes)
+		}
 		rec.Session.Ended = "session_limit"
 		_ = w.sessions.Answer(ctx, rec.TaskID, "open", &session.Answer{Status: http.StatusTooManyRequests, Error: msg, State: session.StateEnded, End: record.StateFailed})
 		// The opener has its answer, and no id to call (429): the state
@@ -68,29 +77,17 @@ func (w *Worker) holdSession(ctx context.Context, j *job) (*heldSession, outcome
 		rec.Session.Ended = "worker"
 		return nil, w.refuse(rec, record.VerdictError, err.Error())
 	}
-	// The beat tells callers the holder is alive from now to the end: while
-	// the session waits for a slot, fetches its inputs, runs its steps.
-	beatCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	go func() {
-		t := time.NewTicker(session.BeatEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-beatCtx.Done():
-				return
-			case <-t.C:
-				_ = w.sessions.Beat(beatCtx, rec.TaskID)
-			}
-		}
-	}()
-	return &heldSession{stopBeat: stop}, outcome{}
+	// The worker's beat (one for all its sessions, sessionpark.go)
+	// tells callers the holder is alive; its bell brings the calls.
+	return &heldSession{bell: w.bells.add(rec.TaskID)}, outcome{}
 }
 
 // endSession marks the held session ended with its run's state (failed
 // when the run was handed back: a session is never replayed), answers an
 // open it never answered, and gives its place back.
 func (w *Worker) endSession(ctx context.Context, rec *record.Run, h *heldSession) {
-	h.stopBeat()
+	w.bells.remove(rec.TaskID)
+	w.dropArchive(h)
 	w.sessionsHeld.Add(-1)
 	ctx = context.WithoutCancel(ctx)
 	end := rec.State
@@ -114,9 +111,12 @@ func (w *Worker) endSession(ctx context.Context, rec *record.Run, h *heldSession
 }
 
 // serveSession runs the spec's steps, answers the open, then serves the
-// session's calls. closed: the caller closed it, and the output goes on
-// to its contract; otherwise r says how it ended.
-func (w *Worker) serveSession(ctx context.Context, j *job, box *sandbox.Slot, ws *tmpfs.Workspace, deadline time.Time) (r stepsResult, closed bool, err error) {
+// session's calls. Between two calls the session holds no slot: its
+// workspace is parked (an archive, sessionpark.go) and each call borrows a
+// free slot to restore it into. closed: the caller closed it, and the
+// output goes on to its contract (the workspace restored in a seat);
+// otherwise r says how it ended.
+func (w *Worker) serveSession(ctx context.Context, j *job, deadline time.Time) (r stepsResult, closed bool, err error) {
 	spec, rec, id := j.spec, j.rec, j.rec.TaskID
 	r = stepsResult{records: []record.Step{}, state: record.StateCompleted, verdict: record.VerdictOK}
 	keep := sandbox.NewKeepBudget(int64(spec.MaxRecordBytes))
@@ -127,12 +127,15 @@ func (w *Worker) serveSession(ctx context.Context, j *job, box *sandbox.Slot, ws
 	}()
 	idle := time.Duration(spec.Session.IdleTimeout)
 	for i, st := range spec.Steps {
-		sr, res, err := w.runStep(ctx, j, box, ws, st, min(spec.StepTimeout(i), time.Until(deadline)), keep)
+		sr, res, err := w.runStep(ctx, j, j.seat.box, j.seat.ws, st, min(spec.StepTimeout(i), time.Until(deadline)), keep)
 		r.records = append(r.records, sr)
 		if err != nil || res.Canceled {
 			return r, false, stepErr(err)
 		}
 		w.stepEvent(ctx, rec, &sr)
+	}
+	if err := w.park(j); err != nil {
+		return r, false, err
 	}
 	answer := func(callID string, a *session.Answer) {
 		a.ExpiresAt, a.IdleUntil = deadline, time.Now().Add(idle)
@@ -145,8 +148,13 @@ func (w *Worker) serveSession(ctx context.Context, j *job, box *sandbox.Slot, ws
 	}
 	answer("open", &session.Answer{Status: http.StatusCreated, Steps: r.records})
 	j.session.answered = true
+	idleUntil := time.Now().Add(idle)
 	for {
-		call, err := w.sessions.Next(ctx, id, min(idle, time.Until(deadline)))
+		until := idleUntil
+		if deadline.Before(until) {
+			until = deadline
+		}
+		call, err := w.nextCall(ctx, j, until)
 		if err != nil {
 			if ctx.Err() != nil {
 				rec.Session.Ended = "canceled"
@@ -163,34 +171,61 @@ func (w *Worker) serveSession(ctx context.Context, j *job, box *sandbox.Slot, ws
 			return r, false, nil
 		}
 		rec.Session.Calls++
+		idleUntil = time.Now().Add(idle)
+		if call.Op == session.OpClose {
+			rec.Session.Ended = "close"
+			// The output is read from the workspace: it sits again.
+			if err := w.unpark(ctx, j); err != nil {
+				return r, false, err
+			}
+			answer(call.ID, &session.Answer{Status: http.StatusOK, State: "closing"})
+			return r, true, nil
+		}
+		if call.Op != session.OpStep && call.Op != session.OpWrite && call.Op != session.OpRead {
+			answer(call.ID, &session.Answer{Status: http.StatusBadRequest, Field: "op", Error: fmt.Sprintf("%q is not a call (step, write, read, close)", call.Op)})
+			continue
+		}
+		if err := w.unpark(ctx, j); err != nil {
+			if ctx.Err() != nil {
+				rec.Session.Ended = "canceled"
+				return r, false, errHandedBack
+			}
+			answer(call.ID, &session.Answer{Status: http.StatusInternalServerError, Error: "the session's workspace could not be restored: " + err.Error(), State: session.StateEnded, End: record.StateFailed})
+			return r, false, err
+		}
+		var a *session.Answer
+		var stepRes sandbox.Result
+		var stepErr2 error
 		switch call.Op {
 		case session.OpStep:
-			a, res, err := w.sessionStep(ctx, j, box, ws, call, len(r.records), deadline, keep)
+			a, stepRes, stepErr2 = w.sessionStep(ctx, j, call, len(r.records), deadline, keep)
 			if a.Step != nil {
 				r.records = append(r.records, *a.Step)
 			}
-			answer(call.ID, a)
-			if a.Step != nil {
-				w.stepEvent(ctx, rec, a.Step)
-			}
-			if err != nil || res.Canceled {
-				return r, false, stepErr(err)
-			}
 		case session.OpWrite:
-			answer(call.ID, writeFile(ws, call))
+			a = writeFile(j.seat.ws, call)
 		case session.OpRead:
-			a := readFile(ws, call)
+			a = readFile(j.seat.ws, call)
 			// What goes back holds no secret's value, as the record does not.
 			if red, found := j.secrets.RedactBytes(a.Data); len(found) > 0 {
 				a.Data, a.Size, a.Redacted = red, int64(len(red)), true
 			}
-			answer(call.ID, a)
-		case session.OpClose:
-			rec.Session.Ended = "close"
-			answer(call.ID, &session.Answer{Status: http.StatusOK, State: "closing"})
-			return r, true, nil
-		default:
-			answer(call.ID, &session.Answer{Status: http.StatusBadRequest, Field: "op", Error: fmt.Sprintf("%q is not a call (step, write, read, close)", call.Op)})
+		}
+		if stepErr2 == nil && !stepRes.Canceled {
+			// Parked before the answer: the next call finds the
+			// workspace as this one left it, on whichever slot.
+			if err := w.park(j); err != nil {
+				a = &session.Answer{Status: http.StatusInternalServerError, Error: "the session's workspace could not be parked: " + err.Error(), State: session.StateEnded, End: record.StateFailed}
+				answer(call.ID, a)
+				return r, false, err
+			}
+		}
+		answer(call.ID, a)
+		if a.Step != nil {
+			w.stepEvent(ctx, rec, a.Step)
+		}
+		if stepErr2 != nil || stepRes.Canceled {
+			return r, false, stepErr(stepErr2)
 		}
 	}
 }
@@ -237,7 +272,7 @@ func stepErr(err error) error {
 }
 
 // sessionStep checks and runs one step call, the session's n+1th step.
-func (w *Worker) sessionStep(ctx context.Context, j *job, box *sandbox.Slot, ws *tmpfs.Workspace, call *session.Call, n int, deadline time.Time, keep *sandbox.KeepBudget) (*session.Answer, sandbox.Result, error) {
+func (w *Worker) sessionStep(ctx context.Context, j *job, call *session.Call, n int, deadline time.Time, keep *sandbox.KeepBudget) (*session.Answer, sandbox.Result, error) {
 	if call.Step == nil {
 		return &session.Answer{Status: http.StatusBadRequest, Field: "step", Error: "a step call holds a step"}, sandbox.Result{}, nil
 	}
@@ -270,7 +305,7 @@ func (w *Worker) sessionStep(ctx context.Context, j *job, box *sandbox.Slot, ws 
 	if st.Timeout > 0 {
 		timeout = min(timeout, time.Duration(st.Timeout))
 	}
-	sr, res, err := w.runStep(ctx, j, box, ws, st, timeout, keep)
+	sr, res, err := w.runStep(ctx, j, j.seat.box, j.seat.ws, st, timeout, keep)
 	if sr.Verdict == record.VerdictTimeout && time.Until(deadline) <= 0 {
 		sr.Error = deadlineExpired(j.spec) + " in this step"
 	}

@@ -32,33 +32,22 @@ const maxListed = 256
 // inputs, its steps, then its output. It fills the record with what each
 // phase found.
 func (w *Worker) run(ctx context.Context, j *job) outcome {
-	spec, s, rec := j.spec, j.slot, j.rec
-	rec.Isolation.UID = s.uidN
-	box, err := s.sandboxFor(spec.Network)
-	if err != nil {
-		return outcome{err: fmt.Errorf("network sandbox: %w", err)}
+	spec, rec := j.spec, j.rec
+	if spec.Network {
+		er := egress.NewRun(w.egress, egress.Limits{MaxBytes: w.cfg.EgressMaxBytes, MaxConns: w.cfg.EgressMaxConns, IdleTimeout: w.cfg.EgressIdleTimeout})
+		j.egress = er
+		defer func() { rec.Egress = er.Close() }()
 	}
+	if err := w.sit(ctx, j); err != nil {
+		return outcome{err: err}
+	}
+	defer w.stand(j) // whichever seat the run holds at its end
 	if spec.Network {
 		// Say what this run's helper had, not the default one's.
-		box.Status().Into(&rec.Isolation)
+		j.seat.box.Status().Into(&rec.Isolation)
 		rec.Isolation.Network = sandbox.EgressTier(egress.URL, w.cfg.EgressAllow, w.cfg.EgressMaxBytes, w.cfg.EgressMaxConns, w.cfg.EgressIdleTimeout)
-		er := egress.NewRun(w.egress, egress.Limits{MaxBytes: w.cfg.EgressMaxBytes, MaxConns: w.cfg.EgressMaxConns, IdleTimeout: w.cfg.EgressIdleTimeout})
-		s.egressRun.Store(er)
-		defer func() {
-			s.egressRun.Store(nil)
-			rec.Egress = er.Close()
-		}()
 	}
-	ws, err := s.area.Create(int64(spec.Limits.Workspace))
-	if err != nil {
-		return outcome{err: fmt.Errorf("create workspace: %w", err)}
-	}
-	defer func() {
-		if err := ws.Remove(); err != nil {
-			w.log.Error().Err(err).Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Msg("remove workspace; renewing the slot's workspace and restarting its helpers")
-			s.renew(w)
-		}
-	}()
+	ws := j.seat.ws
 	rec.Workspace.QuotaBytes = ws.Quota()
 	inline := make(map[string]string, len(spec.Files))
 	var modes map[string]fs.FileMode
@@ -88,19 +77,26 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 	}
 	var steps stepsResult
 	closed := true
+	var err2 error
 	if spec.Session != nil {
-		steps, closed, err = w.serveSession(ctx, j, box, ws, deadline)
+		steps, closed, err2 = w.serveSession(ctx, j, deadline)
 	} else {
-		steps, err = w.runSteps(ctx, j, box, ws, deadline)
+		steps, err2 = w.runSteps(ctx, j, j.seat.box, ws, deadline)
 	}
 	rec.Steps = steps.records
 	if rec.Session != nil {
 		rec.Session.StepsFailed = stepsFailed(steps.records)
 	}
-	if err != nil {
-		return outcome{err: err}
+	if err2 != nil {
+		return outcome{err: err2}
 	}
 	rec.State, rec.Verdict, rec.Error = steps.state, steps.verdict, steps.err
+	// A session that ended parked (expired, canceled) has no workspace
+	// here to measure or list: its last call's figures stand.
+	ws = j.seat.ws
+	if ws == nil {
+		return outcome{}
+	}
 	// Measured before the output is read: the approval's run summary,
 	// and so the manifest of its publication, copies rec.Workspace.
 	used, full, err := ws.Usage()
@@ -194,7 +190,7 @@ func (w *Worker) sandboxStep(ctx context.Context, j *job, box *sandbox.Slot, ws 
 	}
 	res, err := box.Run(ctx, sandbox.Step{
 		Argv: st.Run, Env: env, Stdin: st.Stdin,
-		Limits: spec.Limits, Timeout: max(timeout, 0), Keep: keep,
+		Limits: spec.Limits, Timeout: max(timeout, 0), Keep: keep, Dir: st.Cwd,
 	})
 	// What a step printed of a secret is redacted before it is encoded
 	// for the record.
@@ -252,7 +248,7 @@ func redactCaptured(s *secrets.Set, c sandbox.Capture) []byte {
 // stepRecord turns a sandbox result into the step's record and verdict.
 func stepRecord(st tasks.Step, r sandbox.Result, workspaceFull bool, cpuLimit time.Duration) record.Step {
 	sr := record.Step{
-		Name: st.Name, Argv: st.Run, Error: r.StartError,
+		Name: st.Name, Argv: st.Run, Cwd: st.Cwd, Error: r.StartError,
 		DurationMS: ms(r.Duration), CPUMS: ms(r.CPU), MaxRSSKB: r.MaxRSSKB,
 		MemoryPeakBytes: r.MemoryPeak, OOMKills: r.OOMKills,
 		StdoutBytes: r.Stdout.Total, StderrBytes: r.Stderr.Total,

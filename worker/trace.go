@@ -104,7 +104,7 @@ func (w *Worker) runStep(ctx context.Context, j *job, box *sandbox.Slot, ws *tmp
 // checkTraced is check (the output contract) in its span.
 func (w *Worker) checkTraced(ctx context.Context, j *job, ws *tmpfs.Workspace, deadline time.Time) checked {
 	ctx, span := w.tracer().Start(ctx, tracing.SpanValidate)
-	c := w.check(ctx, j.spec, ws, deadline, j.slot)
+	c := w.check(ctx, j.spec, ws, deadline, j.seat.slot)
 	span.SetAttributes(tracing.AttrBytes.Int(len(c.result)), tracing.AttrViolations.Int(len(c.violations)))
 	if c.artifacts != nil {
 		span.SetAttributes(tracing.AttrArtifacts.Int(len(c.artifacts.Artifacts)))

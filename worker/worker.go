@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -78,6 +79,12 @@ type Worker struct {
 	// sessionsHeld how many it holds (at most cfg.MaxSessions).
 	sessions     *session.Conn
 	sessionsHeld atomic.Int64
+	// bells routes calls to the sessions it holds (sessionpark.go), and
+	// sessionBytes is what their parked workspaces hold together.
+	bells        bells
+	sessionBytes atomic.Int64
+	// gate lets asynq take a task only for a free slot (gate.go).
+	gate *gate
 
 	tr trace.Tracer // the worker's spans' (worker/trace.go)
 
@@ -188,6 +195,11 @@ func (w *Worker) confine() error {
 		return fmt.Errorf("worker: workspace root: %w", err)
 	}
 	w.ws = mgr
+	// The sessions' parked workspaces: the root's sweep (New, Close)
+	// removes what a killed worker left there.
+	if err := os.Mkdir(w.sessionsDir(), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("worker: sessions directory: %w", err)
+	}
 	w.plan = &sandbox.Plan{Mode: cfg.Isolation, Root: root, UIDFirst: cfg.UIDFirst,
 		Warn: func(err error, msg string) { w.log.Warn().Err(err).Msg(msg) }}
 	w.plan.SetQuota(mgr.Mechanism(), mgr.Mounted())
@@ -416,8 +428,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer waiter.Stop()
 		w.cfg.Redis.AddHook(waiter.Hook())
 	}
+	// asynq runs a handler per open session besides one per slot; the
+	// gate lets it take a task only for a free slot.
+	w.gate = newGate(w.cfg.Concurrency, queues, w.stopping)
+	w.cfg.Redis.AddHook(w.gate.Hook())
+	defer w.gate.Open()
+	bellsCtx, stopBells := context.WithCancel(context.Background())
+	bellsDone := make(chan struct{})
+	go func() { defer close(bellsDone); w.serveBells(bellsCtx) }()
+	defer func() { stopBells(); <-bellsDone }()
 	srv := asynq.NewServerFromRedisClient(w.cfg.Redis, asynq.Config{
-		Concurrency:       w.cfg.Concurrency,
+		Concurrency:       w.cfg.Concurrency + max(w.cfg.MaxSessions, 0),
 		Queues:            w.cfg.Queues,
 		TaskCheckInterval: w.cfg.TaskCheckInterval,
 		// Scheduled and retry tasks are moved to their queue within 5s

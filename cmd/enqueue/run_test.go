@@ -73,7 +73,7 @@ func TestRejected(t *testing.T) {
 	}{
 		{
 			"unknown field", `{"version": 1, "steps": [{"run": ["true"], "tiemout": "1s"}]}`,
-			"enqueue: spec rejected: steps[0].tiemout: unknown field (known fields: name, run, stdin, timeout, env)\n",
+			"enqueue: spec rejected: steps[0].tiemout: unknown field (known fields: name, run, stdin, timeout, env, cwd)\n",
 		},
 		{
 			"wrong type", `{"version": 1, "steps": [{"run": "true"}]}`,

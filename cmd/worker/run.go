@@ -43,6 +43,7 @@ type options struct {
 	redisURL, queues, root, limitsDefault, limitsMax, isolation                string
 	uidRange, uidLockDir, logFormat, logLevel, devAddr                         string
 	concurrency, maxPayload, maxSessions                                       int
+	maxSessionBytes                                                            int64
 	timeout, maxTimeout, sessionTimeout, checkInterval, shutdownTimeout, grace time.Duration
 	idleWait                                                                   time.Duration
 	allowNetwork, landlock, dev                                                bool
@@ -89,7 +90,8 @@ flags:
 	fs.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", cli.DefaultURL), "Redis URL (env REDIS_URL): redis://, rediss://, redis+sentinel://, redis+cluster://, or HOST:PORT for redis://HOST:PORT/0 (docs/redis.md)")
 	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis (approvals, events, published limits); clients and CLIs must use the same")
 	fs.IntVar(&o.concurrency, "concurrency", 2, "tasks run at once (one slot, uid and helper each)")
-	fs.IntVar(&o.maxSessions, "max-sessions", 0, "sessions held at once, each on a slot (0: half the slots, at least 1; -1: no bound); an open beyond it answers 429, keeping slots for one-shot runs")
+	fs.IntVar(&o.maxSessions, "max-sessions", 0, "sessions held open at once (0: 1024; -1: no bound but -max-session-bytes); an idle session holds no slot, its workspace parked between calls; an open beyond it answers 429")
+	fs.Int64Var(&o.maxSessionBytes, "max-session-bytes", 0, "bytes the parked workspaces of the open sessions hold together under the workspace root (0: 8 GiB); an open past it answers 429")
 	fs.StringVar(&o.queues, "queues", "default=1", "queues and priorities: name=priority,...")
 	fs.StringVar(&o.root, "workspace-root", "", "directory of per-task workspaces (default /var/lib/airlock/workspaces as root)")
 	fs.StringVar(&o.limitsDefault, "limits", "", "default limits of a step: key=value,... (built in: "+def.Default.String()+", lowered to -max-limits)")
@@ -327,7 +329,7 @@ func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config
 		Prefix:  o.prefix, RiskPolicy: risk, Sink: sink, Store: store, ApprovalTTL: o.approvalTTL,
 		SweepInterval: o.sweepInterval, MaxStaged: int64(sizes[2]), MaxPending: pendingBound(sizes[3]),
 		Artifacts:   contract.Limits{MaxCount: o.maxArtifacts, MaxBytes: int64(sizes[0]), MaxResult: int64(sizes[1])},
-		Concurrency: o.concurrency, MaxSessions: o.maxSessions, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
+		Concurrency: o.concurrency, MaxSessions: o.maxSessions, MaxSessionBytes: o.maxSessionBytes, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
 		Isolation: o.isolation, UIDFirst: first, UIDCount: count, UIDLockDir: o.uidLockDir,
 		Landlock: &landlock, Cgroup: o.cgroupMode, ROBinds: o.roBinds,
 		SecretsDir: o.secretsDir, FetchAllow: o.fetchAllow, FetchTimeout: o.fetchTimeout,

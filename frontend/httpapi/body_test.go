@@ -55,7 +55,11 @@ func (e *env) openFake(answer bool) *fakeSession {
 	go func() {
 		defer close(done)
 		for sctx.Err() == nil {
-			c, err := conn.Next(sctx, id, time.Hour) // until a call, or the end
+			_ = conn.Alive(sctx, "fake")
+			if _, err := conn.Bells(sctx, "fake", time.Second); err != nil {
+				continue
+			}
+			c, err := conn.Take(sctx, id) // the call the bell rang for
 			if err != nil || c == nil {
 				continue
 			}

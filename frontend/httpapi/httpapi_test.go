@@ -124,7 +124,7 @@ func TestEnqueueSpecErrors(t *testing.T) {
 		name, body, field string
 		invalid           bool // the document rejects it too
 	}{
-		{"unknown field", `{"version": 1, "steps": [{"run": ["true"], "timeout": "1s", "cwd": "x"}]}`, "steps[0].cwd", true},
+		{"unknown field", `{"version": 1, "steps": [{"run": ["true"], "timeout": "1s", "chdir": "x"}]}`, "steps[0].chdir", true},
 		{"wrong type", `{"version": 1, "steps": [{"run": "true"}]}`, "steps[0].run", true},
 		{"bad duration", `{"version": 1, "timeout": "soon", "steps": [{"run": ["true"]}]}`, "timeout", true},
 		{"no steps", `{"version": 1}`, "steps", true},

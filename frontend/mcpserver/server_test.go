@@ -283,7 +283,7 @@ func TestToolErrorsNameTheField(t *testing.T) {
 	cs := connect(t, &fakeClient{}, Options{}, nil)
 	for _, tc := range []struct{ tool, args, field, msg string }{
 		{ToolRunAction, `{"spec": {"version": 1, "steps": [{"run": ["true"], "tiemout": "1s"}]}}`, "spec.steps[0].tiemout",
-			"spec rejected: spec.steps[0].tiemout: unknown field (known fields: name, run, stdin, timeout, env)"},
+			"spec rejected: spec.steps[0].tiemout: unknown field (known fields: name, run, stdin, timeout, env, cwd)"},
 		{ToolRunAction, `{"spec": {"steps": [{"run": ["true"]}]}}`, "spec.version", "spec rejected: spec.version: got 0, want 1"},
 		{ToolRunAction, `{"spec": "{}"}`, "spec", "spec rejected: spec: want a JSON object"},
 		{ToolRunAction, `{"spec": {"version": 1, "queue": "q2", "steps": [{"run": ["true"]}]}}`, "spec.queue", `spec rejected: spec.queue: queue "q2" is not one this MCP server serves`},

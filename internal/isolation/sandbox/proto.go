@@ -34,6 +34,9 @@ type runRequest struct {
 	Rlimits   []Rlimit `json:"rlimits"`
 	TimeoutNS int64    `json:"timeout_ns"`
 	GraceNS   int64    `json:"grace_ns"`
+	// Dir is the directory the step starts in, relative to the
+	// workspace ("": the workspace).
+	Dir string `json:"dir,omitempty"`
 }
 
 // hello is the helper's first message: what confinement it could apply.

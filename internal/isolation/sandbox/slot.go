@@ -90,6 +90,10 @@ type Step struct {
 	Stdin   string
 	Limits  limits.Set // resolved
 	Timeout time.Duration
+	// Dir is the directory the step starts in, relative to the
+	// workspace, clean and without ".." (tasks.CheckPath); "": the
+	// workspace itself.
+	Dir string
 	// Keep, when set, is the run's budget of kept output: every byte
 	// kept of stdout or stderr is taken from it, on top of the cap of
 	// Limits.Output per stream; nil means no budget but that cap.
@@ -248,7 +252,7 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 	req := &runRequest{
 		Argv: st.Argv, Env: buildEnv(st, s.status.Workdir),
 		Rlimits:   rlimitsOf(st.Limits, 0, cg != nil),
-		TimeoutNS: int64(st.Timeout), GraceNS: int64(s.cfg.Grace),
+		TimeoutNS: int64(st.Timeout), GraceNS: int64(s.cfg.Grace), Dir: st.Dir,
 	}
 	var mark cgroup.Mark
 	if cg != nil {

@@ -77,9 +77,20 @@ func (h *helper) spawner(st Status, ready chan<- Status) {
 		if h.cfg.CgroupThread {
 			cg = nil // steps are born in the group
 		}
-		pid, err := spawnStopped(sr.req, sr.fds, st.Workdir, cg, int(h.base.threads.Load()))
+		pid, err := spawnStopped(sr.req, sr.fds, stepDir(st.Workdir, sr.req.Dir), cg, int(h.base.threads.Load()))
 		sr.reply <- spawnResult{pid, err}
 	}
+}
+
+// stepDir is the directory a step starts in: rel (checked by the spec,
+// clean and relative, no "..") below the workspace as the step sees it.
+// The chdir is the step's own, as its uid, in its view and under its
+// Landlock domain: a link there leads nowhere the step could not cd to.
+func stepDir(workdir, rel string) string {
+	if rel == "" || rel == "." || strings.HasPrefix(rel, "/") || strings.Contains("/"+rel+"/", "/../") {
+		return workdir
+	}
+	return workdir + "/" + rel
 }
 
 // joinSessionKeyring gives the calling thread a new anonymous session

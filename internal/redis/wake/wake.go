@@ -286,3 +286,14 @@ func isDequeue(args []any, q string) bool {
 	return args[3] == asynqkey.Pending(q) && args[4] == asynqkey.Paused(q) &&
 		args[5] == asynqkey.Active(q) && args[6] == asynqkey.Lease(q)
 }
+
+// DequeueOf returns the queue whose asynq dequeue script (v0.26) a
+// command's args run, and whether they run it: what a worker's own hook
+// gates (a dequeue takes a task for one of its slots).
+func DequeueOf(args []any) (string, bool) {
+	q, ok := queueOf(args)
+	if !ok || !isDequeue(args, q) {
+		return "", false
+	}
+	return q, true
+}

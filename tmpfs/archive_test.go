@@ -1,0 +1,167 @@
+//go:build linux
+
+package tmpfs_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-run/airlock/tmpfs"
+)
+
+// archEntry is what a test compares of a workspace archEntry.
+type archEntry struct {
+	Mode  os.FileMode
+	Data  string
+	Link  string
+	Mtime int64
+	UID   uint32
+	Inode string // the name of the first archEntry sharing its inode
+
+}
+
+// snapshot reads every archEntry below dir, never following a link.
+func archSnapshot(t *testing.T, dir string) map[string]archEntry {
+	t.Helper()
+	got := map[string]archEntry{}
+	inodes := map[uint64]string{}
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		st := fi.Sys().(*syscall.Stat_t)
+		e := archEntry{Mode: fi.Mode(), Mtime: fi.ModTime().UnixNano(), UID: st.Uid}
+		if first, ok := inodes[st.Ino]; ok {
+			e.Inode = first
+		} else {
+			inodes[st.Ino] = rel
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			e.Link, _ = os.Readlink(p)
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			e.Data = string(b)
+		}
+		if fi.IsDir() {
+			e.Mtime = 0 // moved by the walk's own reads on some filesystems
+		}
+		got[rel] = e
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestArchiveRoundTrip: a tree of files, modes, links, a hard link and a
+// FIFO comes back byte for byte in another slot's workspace, owned by
+// that slot's uid, set-id bits dropped.
+func TestArchiveRoundTrip(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mount bool) {
+		f := newFixture(t, mount)
+		src := f.create(t, "a", 1<<20)
+		p := src.Path()
+		f.plant(t, src, "in/data.csv", []byte("id,amount\n1,10\n"))
+		f.plant(t, src, "run.sh", []byte("#!/bin/sh\necho hi\n"))
+		must(t, os.Chmod(filepath.Join(p, "run.sh"), 0o4755)) // set-uid: dropped
+		must(t, os.MkdirAll(filepath.Join(p, "out/deep/er"), 0o750))
+		f.plant(t, src, "out/deep/er/r.json", []byte(`{"n":1}`))
+		must(t, os.Symlink("../in/data.csv", filepath.Join(p, "out/link")))
+		must(t, os.Symlink("/etc/passwd", filepath.Join(p, "host")))
+		must(t, os.Link(filepath.Join(p, "in/data.csv"), filepath.Join(p, "tmp/hard")))
+		must(t, unix.Mkfifo(filepath.Join(p, "tmp/fifo"), 0o640))
+		must(t, os.Chmod(filepath.Join(p, "out"), 0o755))
+		old := time.Now().Add(-time.Hour).Truncate(time.Second)
+		must(t, os.Chtimes(filepath.Join(p, "in/data.csv"), old, old))
+		if os.Geteuid() == 0 {
+			for _, rel := range []string{"out/deep", "out/deep/er", "out/link", "host", "tmp/fifo"} {
+				must(t, os.Lchown(filepath.Join(p, rel), f.uid, f.gid))
+			}
+		}
+		want := archSnapshot(t, p)
+		var buf bytes.Buffer
+		files, n, err := src.Archive(&buf)
+		if err != nil {
+			t.Fatalf("Archive: %v", err)
+		}
+		if files != 3 || n != int64(len("id,amount\n1,10\n")+len("#!/bin/sh\necho hi\n")+len(`{"n":1}`)) {
+			t.Errorf("Archive: %d files, %d bytes", files, n)
+		}
+		dst := f.create(t, "b", 1<<20)
+		if _, _, err := dst.Restore(bytes.NewReader(buf.Bytes())); err != nil {
+			t.Fatalf("Restore: %v", err)
+		}
+		got := archSnapshot(t, dst.Path())
+		e := want["run.sh"]
+		e.Mode &^= os.ModeSetuid
+		want["run.sh"] = e
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("restored tree differs (-archived +restored):\n%s", diff)
+		}
+	})
+}
+
+// TestArchiveBounds: a tree whose files hold more than the workspace's
+// quota is refused, and so is an archive that names a path outside it.
+func TestArchiveBounds(t *testing.T) {
+	f := newFixture(t, false)
+	ws := f.create(t, "a", 1<<20)
+	f.plant(t, ws, "big", bytes.Repeat([]byte("x"), 1<<20+1))
+	if _, _, err := ws.Archive(&bytes.Buffer{}); !errors.Is(err, tmpfs.ErrArchive) {
+		t.Errorf("Archive of a tree above its quota: %v, want ErrArchive", err)
+	}
+	must(t, os.Remove(filepath.Join(ws.Path(), "big")))
+	f.plant(t, ws, "small", []byte("ok"))
+	var buf bytes.Buffer
+	if _, _, err := ws.Archive(&buf); err != nil {
+		t.Fatal(err)
+	}
+	// The same archive restored into a smaller workspace: ENOSPC, not a
+	// write past the quota.
+	small := f.create(t, "b", 1)
+	if _, _, err := small.Restore(bytes.NewReader(buf.Bytes())); !errors.Is(err, unix.ENOSPC) {
+		t.Errorf("Restore above the quota: %v, want ENOSPC", err)
+	}
+	evil := tarOf(t, "../escape", "x")
+	third := f.create(t, "c", 1<<20)
+	if _, _, err := third.Restore(bytes.NewReader(evil)); !errors.Is(err, tmpfs.ErrArchive) {
+		t.Errorf("Restore of ../escape: %v, want ErrArchive", err)
+	}
+	if _, err := os.Lstat(filepath.Join(filepath.Dir(third.Path()), "escape")); err == nil {
+		t.Error("Restore wrote outside the workspace")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tarOf is a tar stream of one file name holding data.
+func tarOf(t *testing.T, name, data string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	must(t, tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}))
+	_, err := tw.Write([]byte(data))
+	must(t, err)
+	must(t, tw.Close())
+	return buf.Bytes()
+}
