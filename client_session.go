@@ -26,11 +26,19 @@ var (
 	// its -max-sessions, and keeps slots for one-shot runs); retry after
 	// the error's RetryAfter.
 	ErrNoRoom = session.ErrNoRoom
+	// ErrNotApplied: the worker holding the session died (or stopped)
+	// during the call, which was not applied: the session goes on from
+	// its last answered call, on another worker; send the call again.
+	ErrNotApplied = session.ErrNotApplied
 )
 
 // DefaultOpenWait is how long OpenSession waits for a worker to take the
 // session (ClientOptions.OpenWait).
 const DefaultOpenWait = 10 * time.Second
+
+// sessionMoves is how many times a session's task may be taken up again
+// after the worker holding it died (asynq's retries of it).
+const sessionMoves = 8
 
 // callGrace is what a call waits past its step's own bound: the worker's
 // grace to stop a step, and the wire.
@@ -82,7 +90,9 @@ func (c *Client) OpenSession(ctx context.Context, spec *tasks.Spec) (*Session, e
 	if err := s.conn.Create(ctx, session.Info{ID: id, TaskID: id, Queue: spec.Queue, Principal: spec.Principal, OpenedAt: time.Now()}, ttl); err != nil {
 		return nil, fmt.Errorf("airlock: open session: %w", err)
 	}
-	if _, err := c.asynq.EnqueueContext(ctx, runTask(ctx, payload), append(opts, asynq.TaskID(id))...); err != nil {
+	// asynq's retries of a session's task are its moves (a pause uses
+	// none, a worker that died one): its steps are never replayed.
+	if _, err := c.asynq.EnqueueContext(ctx, runTask(ctx, payload), append(opts, asynq.TaskID(id), asynq.MaxRetry(sessionMoves))...); err != nil {
 		return nil, fmt.Errorf("airlock: enqueueing session in queue %q: %w", spec.Queue, err)
 	}
 	if err := c.admit(ctx, spec, id); err != nil {
@@ -178,6 +188,21 @@ func (s *Session) ReadFile(ctx context.Context, path string) ([]byte, error) {
 		return nil, err
 	}
 	return a.Data, nil
+}
+
+// Pause parks the session: its workspace and state go to the workers'
+// session store and its worker is freed (a session also pauses by itself
+// after its spec's session.pause_after without a call). Its next call, or
+// Resume, brings it back on whichever worker takes it, files byte for
+// byte; its deadline keeps running. The answer says the session paused.
+func (s *Session) Pause(ctx context.Context) (*session.Answer, error) {
+	return s.call(ctx, session.Call{Op: session.OpPause}, 0)
+}
+
+// Resume brings a paused session back on a worker now (any call would),
+// and returns when one holds it again; on an open one it does nothing.
+func (s *Session) Resume(ctx context.Context) (*session.Answer, error) {
+	return s.call(ctx, session.Call{Op: session.OpResume}, 0)
 }
 
 // Close ends the session into its output contract, the policy and the

@@ -23,6 +23,9 @@ const (
 	StateActive    record.State = "active"    // a worker is running it
 	StateScheduled record.State = "scheduled" // to be run later
 	StateRetry     record.State = "retry"     // an attempt failed (a worker failure); to be retried
+	// StatePaused: a session paused (its workspace and state in the
+	// session store); its next call resumes it on any worker.
+	StatePaused record.State = "paused"
 )
 
 // Status returns the run of task taskID in queue as it is now, without
@@ -66,6 +69,9 @@ func (c *Client) Status(ctx context.Context, queue, taskID string) (*record.Run,
 	default:
 		f := payloadFacts(info.Payload)
 		state := record.State(info.State.String())
+		if info.State == asynq.TaskStateRetry && strings.HasPrefix(info.LastErr, "session paused") {
+			state, info.LastErr = StatePaused, ""
+		}
 		if info.State == asynq.TaskStateAggregating {
 			// Held in its principal's line (fairshare): it waits for
 			// a worker, behind its principal's earlier runs.

@@ -146,6 +146,7 @@ func (b *bundle) startWorker(flags ...string) *workerProc {
 		"-redis", b.url, "-queues", b.queue, "-workspace-root", b.root,
 		"-uid-lock-dir", filepath.Join(os.TempDir(), "airlock-e2e-uids"),
 		"-shutdown-timeout", "1s", "-grace", "200ms", "-store", filepath.Join(filepath.Dir(b.root), "store"),
+		"-session-store", filepath.Join(filepath.Dir(b.root), "sessions"),
 	}, flags...)
 	cmd := exec.Command(bin.worker, args...)
 	cmd.ExtraFiles, cmd.Dir = b.extra, b.workerDir

@@ -240,7 +240,7 @@ func TestMCPTools(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	if want := []string{"cancel_run", "close_session", "get_result", "get_run", "open_session", "read_file", "run_action", "run_in_session", "wait_run", "write_file"}; !slices.Equal(names, want) {
+	if want := []string{"cancel_run", "close_session", "get_result", "get_run", "open_session", "pause_session", "read_file", "run_action", "run_in_session", "wait_run", "write_file"}; !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want exactly %v (and no approve tool)", names, want)
 	}
 	for _, tc := range []struct {
@@ -539,8 +539,8 @@ func TestMCPHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tools.Tools) != 10 {
-		t.Errorf("%d tools over HTTP, want 10", len(tools.Tools))
+	if len(tools.Tools) != 11 {
+		t.Errorf("%d tools over HTTP, want 11", len(tools.Tools))
 	}
 	a := call(t, cs, "run_action", `{"command": ["sh", "-c", "echo over http"], "wait": true, "wait_timeout": "2m"}`, false).run(t)
 	if a.Record == nil || a.Record.State != record.StateCompleted || a.Record.Steps[0].Stdout != "over http\n" {

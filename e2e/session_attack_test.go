@@ -205,11 +205,13 @@ func TestSessionAttackRawTask(t *testing.T) {
 	if err := conn.Create(ctx, session.Info{ID: dead, TaskID: dead, Queue: b.queue, OpenedAt: time.Now()}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.Hold(ctx, dead, b.queue, "killed-worker", time.Now().Add(time.Minute)); err != nil {
+	if _, err := conn.Hold(ctx, dead, b.queue, "killed-worker", time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
+	// Taken over (its holder does not beat), with nothing to resume from:
+	// it never answered its open. Its spec's steps never run again.
 	rec = rawSessionTask(t, b, b.queue, dead)
-	if rec.State != record.StateFailed || len(rec.Steps) != 0 || !strings.Contains(rec.Error, "never replayed") {
+	if rec.State != record.StateFailed || len(rec.Steps) != 0 || !strings.Contains(rec.Error, "stopped before its open was answered") {
 		t.Errorf("a dead holder's session given again: %s %q, %d steps", rec.State, rec.Error, len(rec.Steps))
 	}
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,12 +178,13 @@ func TestThousandIdleSessions(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	store := filepath.Join(filepath.Dir(b.root), "sessions")
 	if !eventually(20*time.Second, func() bool {
-		ents, _ := os.ReadDir(b.root + "/.sessions")
+		ents, _ := os.ReadDir(store)
 		return len(ents) == 0
 	}) {
-		ents, _ := os.ReadDir(b.root + "/.sessions")
-		t.Errorf("%d parked workspaces left after every session ended", len(ents))
+		ents, _ := os.ReadDir(store)
+		t.Errorf("%d checkpoints left after every session ended", len(ents))
 	}
 }
 

@@ -65,7 +65,7 @@ func (c *Conn) Get(ctx context.Context, id string) (*Info, error) {
 		return nil, NotFound(id)
 	}
 	in := &Info{ID: id, TaskID: m["task_id"], Queue: m["queue"], Principal: m["principal"], State: m["state"],
-		End: record.State(m["end"]), Why: m["why"], Worker: m["worker"]}
+		End: record.State(m["end"]), Why: m["why"], Worker: m["worker"], Checkpoint: m["ckpt"]}
 	in.OpenedAt = micros(m["opened_at"])
 	in.ExpiresAt = micros(m["expires_at"])
 	in.SeenAt = micros(m["seen_at"])
@@ -85,11 +85,12 @@ func micros(s string) time.Time {
 // when there is no session, "busy" when the calls are full), and the
 // worker holding it when pushed.
 var pushIfOpen = redis.NewScript(`
-local v = redis.call('HMGET', KEYS[1], 'state', 'worker')
-if v[1] ~= 'open' then return {v[1] or '', ''} end
+local v = redis.call('HMGET', KEYS[1], 'state', 'worker', 'queue')
+if v[1] ~= 'open' and v[1] ~= 'paused' then return {v[1] or '', ''} end
 if redis.call('LLEN', KEYS[2]) >= tonumber(ARGV[3]) then return {'busy', ''} end
 redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if v[1] == 'paused' then return {'paused', v[3] or ''} end
 return {'pushed', v[2] or ''}`)
 
 // Call sends a call to the worker holding session id, rings its bell, and
@@ -107,13 +108,21 @@ func (c *Conn) Call(ctx context.Context, id string, call Call, wait time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("session %s: send the call: %w", id, err)
 	}
-	if res[0] != "pushed" {
+	switch res[0] {
+	case "pushed":
+		if err := c.Ring(ctx, res[1], id); err != nil {
+			return nil, fmt.Errorf("session %s: ring its worker: %w", id, err)
+		}
+	case "paused":
+		// No worker holds it: its task goes back to its queue, for
+		// whichever worker takes it first to resume it and serve this.
+		if err := c.wakeTask(ctx, res[1], id); err != nil {
+			return nil, fmt.Errorf("session %s: resume: %w", id, err)
+		}
+	default:
 		return nil, c.notOpen(ctx, id, res[0])
 	}
-	if err := c.Ring(ctx, res[1], id); err != nil {
-		return nil, fmt.Errorf("session %s: ring its worker: %w", id, err)
-	}
-	return c.await(ctx, id, call.ID, wait)
+	return c.await(ctx, id, call.ID, b, wait)
 }
 
 // notOpen is the error of a call to a session in state st.
@@ -146,7 +155,7 @@ func (in *Info) ended() string {
 // beatEvery*2: between two, a session that ended is answered 410 at once,
 // and one whose worker stopped beating is ended as failed (a session is
 // never replayed) and answered 410.
-func (c *Conn) await(ctx context.Context, id, callID string, wait time.Duration) (*Answer, error) {
+func (c *Conn) await(ctx context.Context, id, callID string, sent []byte, wait time.Duration) (*Answer, error) {
 	deadline := time.Now().Add(max(wait, time.Millisecond))
 	for {
 		left := time.Until(deadline)
@@ -176,12 +185,27 @@ func (c *Conn) await(ctx context.Context, id, callID string, wait time.Duration)
 		switch {
 		case in.State == StateEnded:
 			return nil, &Error{Status: http.StatusGone, State: in.State, End: in.End, Msg: fmt.Sprintf("the session ended before it answered: %s", in.ended())}
-		case in.State == StateOpen && !c.alive(ctx, in.Worker):
-			msg := fmt.Sprintf("the worker holding the session (%s) stopped answering (no beat for %s): the session failed, and is never replayed", in.Worker, DeadAfter)
+		case in.State == StateOpen && !c.alive(ctx, in.Worker) && callID == "open":
+			msg := fmt.Sprintf("the worker holding the session (%s) stopped answering (no beat for %s) before it opened", in.Worker, DeadAfter)
 			if err := c.End(ctx, id, record.StateFailed, msg, time.Hour); err != nil {
 				return nil, err
 			}
 			return nil, &Error{Status: http.StatusGone, State: StateEnded, End: record.StateFailed, Msg: msg}
+		case in.State == StateOpen && !c.alive(ctx, in.Worker):
+			// Its holder died: a call it took was not applied (the
+			// session's state is its last answered call's, which the
+			// next holder resumes from); one still queued waits on.
+			if err := c.lost(ctx, in, callID, sent); err != nil {
+				return nil, err
+			}
+		case in.State == StatePaused:
+			// Paused, or its holder stopped (a deploy, a crash): the next
+			// holder serves the calls queued. A dead holder's task goes
+			// back to its queue once its lease expired; a paused one's
+			// waits in asynq's retry set, and goes back now (a call
+			// pushed as its holder paused it).
+			c.reclaim(ctx, in.Queue, id)
+			_ = c.wakeTask(ctx, in.Queue, id)
 		case in.State == StateOpen && callID != "open":
 			// A bell lost with a connection: ring again (a worker
 			// serving the session takes nothing twice: the call is
@@ -297,41 +321,7 @@ func (c *Conn) Take(ctx context.Context, id string) (*Call, error) {
 
 // AwaitOpen waits up to wait for the worker's answer to the open.
 func (c *Conn) AwaitOpen(ctx context.Context, id string, wait time.Duration) (*Answer, error) {
-	return c.await(ctx, id, "open", wait)
-}
-
-// hold takes an opening session for worker, once.
-var hold = redis.NewScript(`
-local q = redis.call('HGET', KEYS[1], 'queue')
-if not q then return {'', ''} end
-if q ~= ARGV[1] then return {'queue', q} end
-local st = redis.call('HGET', KEYS[1], 'state')
-if st ~= 'opening' then return {st or '', redis.call('HGET', KEYS[1], 'worker') or ''} end
-redis.call('HSET', KEYS[1], 'state', 'open', 'worker', ARGV[2], 'expires_at', ARGV[3], 'seen_at', ARGV[4])
-redis.call('DEL', KEYS[2])
-return {'held', ARGV[2]}`)
-
-// Hold makes worker the holder of session id, taken from queue, until
-// expires: once. A session another worker held (one that died: asynq gave
-// its task again), that ended, that was opened for another queue or never
-// opened is refused with an error that says so: a session is never
-// replayed.
-func (c *Conn) Hold(ctx context.Context, id, queue, worker string, expires time.Time) error {
-	res, err := hold.Run(ctx, c.rdb, []string{c.stateKey(id), c.callsKey(id)}, queue, worker, expires.UnixMicro(), time.Now().UnixMicro()).StringSlice()
-	if err != nil {
-		return fmt.Errorf("session %s: hold: %w", id, err)
-	}
-	switch res[0] {
-	case "held":
-		return nil
-	case "":
-		return fmt.Errorf("session %s was never opened (no state in Redis): a session is opened through Client.OpenSession or POST /v1/sessions", id)
-	case "queue":
-		return fmt.Errorf("session %s was opened for queue %q, not this one", id, res[1])
-	case StateOpen:
-		return fmt.Errorf("session %s was held by worker %s, which stopped answering: a session is never replayed on another worker", id, res[1])
-	}
-	return fmt.Errorf("session %s is %s: a session is never replayed", id, res[0])
+	return c.await(ctx, id, "open", nil, wait)
 }
 
 // Answer sends the answer to call callID of session id; it stays

@@ -12,7 +12,7 @@ import (
 // ("" when there is none, "busy" when the calls are full).
 var hasRoom = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'state')
-if st ~= 'open' then return st or '' end
+if st ~= 'open' and st ~= 'paused' then return st or '' end
 if redis.call('LLEN', KEYS[2]) >= tonumber(ARGV[1]) then return 'busy' end
 return 'room'`)
 

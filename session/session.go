@@ -35,13 +35,23 @@ const (
 	OpWrite = "write" // write one file of the workspace
 	OpRead  = "read"  // read one file of the workspace
 	OpClose = "close" // end the session into the output contract, the policy and the approval
+	// OpPause parks the session in the store and frees its worker: the
+	// next call resumes it on whichever worker takes it.
+	OpPause = "pause"
+	// OpResume does nothing but bring a paused session back to a worker:
+	// its answer says the session is open.
+	OpResume = "resume"
 )
 
 // States of a session, in its hash.
 const (
 	StateOpening = "opening" // queued, no worker holds it yet
 	StateOpen    = "open"    // a worker holds it and takes calls
-	StateEnded   = "ended"   // over: Info.End says how (the run's state)
+	// StatePaused: no worker holds it; its workspace and state are in the
+	// store, and a call (pushed, as to an open one) brings it back on
+	// whichever worker takes its task.
+	StatePaused = "paused"
+	StateEnded  = "ended" // over: Info.End says how (the run's state)
 )
 
 // Bounds of the wire.
@@ -106,7 +116,10 @@ type Info struct {
 	Worker    string    `json:"worker,omitempty"`
 	OpenedAt  time.Time `json:"opened_at,omitzero"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
-	SeenAt    time.Time `json:"seen_at,omitzero"` // the holder's last beat
+	SeenAt    time.Time `json:"seen_at,omitzero"` // when its holder took it
+	// Checkpoint is the last workspace and state committed with an
+	// answer ("" before the open's): what a resume restores.
+	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
 // Error is a call that did not succeed, as its answer said (or as the
@@ -119,6 +132,8 @@ type Error struct {
 	End    record.State // how it ended (410)
 	// RetryAfter is when an open refused for room (429) may be tried again.
 	RetryAfter time.Duration
+	// notApplied: the holder died during the call (ErrNotApplied).
+	notApplied bool
 }
 
 func (e *Error) Error() string {
@@ -148,6 +163,8 @@ func (e *Error) Is(target error) bool {
 		return e.Status == http.StatusTooManyRequests
 	case ErrNotFound:
 		return e.Status == http.StatusNotFound && e.State == ""
+	case ErrNotApplied:
+		return e.notApplied || e.Status == http.StatusServiceUnavailable && e.State == StatePaused
 	}
 	return false
 }

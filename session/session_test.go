@@ -20,30 +20,59 @@ func newConn(t *testing.T) (*session.Conn, string) {
 	return session.NewConn(redistest.Client(t), prefix), prefix
 }
 
-// A session is held once: a second taker (a retry after its worker died),
-// another queue's worker, or a taker of one never opened is refused.
+// A session is held by one live worker: a second taker while it beats,
+// another queue's worker, or a taker of one never opened is refused; once
+// its holder stops beating, another takes it over, resuming it.
 func TestHoldOnce(t *testing.T) {
 	c, _ := newConn(t)
 	ctx := context.Background()
-	if err := c.Hold(ctx, "never", "q", "w1", time.Now().Add(time.Minute)); err == nil || !strings.Contains(err.Error(), "never opened") {
+	if _, err := c.Hold(ctx, "never", "q", "w1", time.Now().Add(time.Minute)); err == nil || !strings.Contains(err.Error(), "never opened") {
 		t.Errorf("hold of a session never opened: %v", err)
 	}
 	if err := c.Create(ctx, session.Info{ID: "s1", TaskID: "s1", Queue: "q", OpenedAt: time.Now()}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Hold(ctx, "s1", "other", "w1", time.Now().Add(time.Minute)); err == nil || !strings.Contains(err.Error(), "queue") {
+	if _, err := c.Hold(ctx, "s1", "other", "w1", time.Now().Add(time.Minute)); err == nil || !strings.Contains(err.Error(), "queue") {
 		t.Errorf("hold from another queue: %v", err)
 	}
-	if err := c.Hold(ctx, "s1", "q", "w1", time.Now().Add(time.Minute)); err != nil {
+	if h, err := c.Hold(ctx, "s1", "q", "w1", time.Now().Add(time.Minute)); err != nil || h.Resumed {
+		t.Fatal(h, err)
+	}
+	if err := c.Alive(ctx, "w1"); err != nil {
 		t.Fatal(err)
 	}
-	err := c.Hold(ctx, "s1", "q", "w2", time.Now().Add(time.Minute))
-	if err == nil || !strings.Contains(err.Error(), "never replayed") || !strings.Contains(err.Error(), "w1") {
-		t.Errorf("a second hold: %v, want a refusal naming the holder", err)
+	_, err := c.Hold(ctx, "s1", "q", "w2", time.Now().Add(time.Minute))
+	if err == nil || !strings.Contains(err.Error(), "alive") || !strings.Contains(err.Error(), "w1") {
+		t.Errorf("a second hold: %v, want a refusal naming the live holder", err)
 	}
 	in, err := c.Get(ctx, "s1")
 	if err != nil || in.State != session.StateOpen || in.Worker != "w1" || in.SeenAt.IsZero() {
 		t.Errorf("info %+v, %v", in, err)
+	}
+	// Its answer commits a checkpoint; only the holder commits.
+	if err := c.Commit(ctx, "s1", "w2", "open", "ck-0", &session.Answer{Status: 201}, false); !errors.Is(err, session.ErrFenced) {
+		t.Errorf("a commit by another worker: %v, want ErrFenced", err)
+	}
+	if err := c.Commit(ctx, "s1", "w1", "open", "ck-1", &session.Answer{Status: 201}, false); err != nil {
+		t.Fatal(err)
+	}
+	// w1 stops beating: w2 takes the session over, from ck-1.
+	if err := c.Gone(ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Hold(ctx, "s1", "q", "w2", time.Now().Add(time.Minute))
+	if err != nil || !h.Resumed || h.Checkpoint != "ck-1" {
+		t.Fatalf("takeover: %+v, %v", h, err)
+	}
+	if err := c.Commit(ctx, "s1", "w1", "c2", "ck-x", &session.Answer{Status: 200}, false); !errors.Is(err, session.ErrFenced) {
+		t.Errorf("a commit by the holder taken over: %v, want ErrFenced", err)
+	}
+	// Paused by its holder, it is held again by the next taker.
+	if err := c.Pause(ctx, "s1", "w2"); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := c.Hold(ctx, "s1", "q", "w3", time.Now().Add(time.Minute)); err != nil || !h.Resumed || h.Checkpoint != "ck-1" {
+		t.Errorf("resume of a paused session: %+v, %v", h, err)
 	}
 }
 
@@ -63,7 +92,7 @@ func TestCallsAndEnd(t *testing.T) {
 	if _, err := c.Call(ctx, "s2", session.Call{ID: "1", Op: session.OpStep}, time.Second); !errors.As(err, &se) || se.Status != http.StatusConflict {
 		t.Errorf("call before a worker holds it: %v, want 409", err)
 	}
-	if err := c.Hold(ctx, "s2", "q", "w", time.Now().Add(time.Minute)); err != nil {
+	if _, err := c.Hold(ctx, "s2", "q", "w", time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Alive(ctx, "w"); err != nil {
@@ -128,33 +157,58 @@ func TestCallsAndEnd(t *testing.T) {
 	}
 }
 
-// A caller whose answer does not come, and who finds the holder's beat
-// older than DeadAfter, ends the session as failed.
-func TestDeadHolderEndsFailed(t *testing.T) {
-	c, prefix := newConn(t)
+// A caller whose answer does not come, and who finds its holder's beat
+// gone, learns that its call was not applied when the holder had taken
+// it; the session is paused, for another worker to resume. A call the dead
+// holder never took waits on, for that worker.
+func TestDeadHolderNotApplied(t *testing.T) {
+	c, _ := newConn(t)
 	ctx := context.Background()
 	if err := c.Create(ctx, session.Info{ID: "s3", TaskID: "s3", Queue: "q"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Hold(ctx, "s3", "q", "gone-worker", time.Now().Add(time.Minute)); err != nil {
+	if _, err := c.Hold(ctx, "s3", "q", "gone-worker", time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	// Its last beat, long ago.
-	old := time.Now().Add(-time.Minute).UnixMicro()
-	if err := redistest.Client(t).HSet(ctx, prefix+"session:{s3}", "seen_at", old).Err(); err != nil {
-		t.Fatal(err)
-	}
+	// The holder takes the call, and dies with it.
+	go func() {
+		for range 50 {
+			if call, _ := c.Take(ctx, "s3"); call != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
 	start := time.Now()
 	_, err := c.Call(ctx, "s3", session.Call{ID: "1", Op: session.OpStep}, time.Minute)
 	var se *session.Error
-	if !errors.As(err, &se) || se.Status != http.StatusGone || se.End != record.StateFailed || !strings.Contains(se.Msg, "gone-worker") {
+	if !errors.Is(err, session.ErrNotApplied) || !errors.As(err, &se) || !strings.Contains(se.Msg, "gone-worker") || !strings.Contains(se.Msg, "not applied") {
 		t.Fatalf("call to a dead holder: %v", err)
 	}
 	if d := time.Since(start); d > 2*session.BeatEvery+time.Second {
 		t.Errorf("took %s to see the holder dead", d)
 	}
-	if in, _ := c.Get(ctx, "s3"); in.State != session.StateEnded || in.End != record.StateFailed {
+	in, _ := c.Get(ctx, "s3")
+	if in.State != session.StatePaused || in.Worker != "" {
 		t.Errorf("state after: %+v", in)
+	}
+	// A call sent now waits for the next holder, which serves it.
+	go func() {
+		if h, err := c.Hold(ctx, "s3", "q", "next-worker", time.Now().Add(time.Minute)); err != nil || !h.Resumed {
+			t.Errorf("resume: %+v, %v", h, err)
+			return
+		}
+		_ = c.Alive(ctx, "next-worker")
+		for range 100 {
+			if call, _ := c.Take(ctx, "s3"); call != nil {
+				_ = c.Commit(ctx, "s3", "next-worker", call.ID, "", &session.Answer{Status: http.StatusOK}, false)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	if _, err := c.Call(ctx, "s3", session.Call{ID: "2", Op: session.OpStep}, time.Minute); err != nil {
+		t.Errorf("the call after the takeover: %v", err)
 	}
 }
 
@@ -166,7 +220,7 @@ func TestQueuedCallsBounded(t *testing.T) {
 	if err := c.Create(ctx, session.Info{ID: "s4", TaskID: "s4", Queue: "q"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Hold(ctx, "s4", "q", "w", time.Now().Add(time.Minute)); err != nil {
+	if _, err := c.Hold(ctx, "s4", "q", "w", time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	errs := make(chan error, session.MaxQueuedCalls)

@@ -20,11 +20,17 @@ type Session struct {
 	// IdleTimeout ends the session as expired when no call comes for
 	// that long. Default DefaultIdleTimeout; at most the spec's timeout.
 	IdleTimeout limits.Duration `json:"idle_timeout,omitempty"`
+	// PauseAfter pauses the session when no call comes for that long: its
+	// workspace and state go to the worker's session store and it frees
+	// the worker; the next call resumes it on whichever worker takes it.
+	// Default DefaultPauseAfter.
+	PauseAfter limits.Duration `json:"pause_after,omitempty"`
 }
 
 // Bounds of a session.
 const (
 	DefaultIdleTimeout = limits.Duration(5 * time.Minute)
+	DefaultPauseAfter  = limits.Duration(2 * time.Minute)
 	// MaxSessionSteps bounds the steps one session runs, all calls
 	// together (the record lists each).
 	MaxSessionSteps = 256
@@ -43,6 +49,12 @@ func (s *Spec) prepareSession() error {
 	}
 	if s.Session.IdleTimeout == 0 {
 		s.Session.IdleTimeout = min(DefaultIdleTimeout, s.Timeout)
+	}
+	if s.Session.PauseAfter < 0 {
+		return &FieldError{Field: "session.pause_after", Msg: "must be positive"}
+	}
+	if s.Session.PauseAfter == 0 {
+		s.Session.PauseAfter = DefaultPauseAfter
 	}
 	if s.Session.IdleTimeout > s.Timeout {
 		return &FieldError{Field: "session.idle_timeout", Msg: fmt.Sprintf("%s is above the session's timeout %s", s.Session.IdleTimeout, s.Timeout),

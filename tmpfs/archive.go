@@ -33,23 +33,44 @@ var ErrArchive = errors.New("workspace archive refused")
 // keptMode is the permission bits an archive keeps of an entry.
 const keptMode = 0o1777
 
+// MaxArchiveMeta bounds what an archive holds besides its files' bytes:
+// headers, names, link targets. A tree of a workspace's most entries of
+// ordinary names takes a fraction of it; one built to blow its archive up
+// (long names, deep trees, many links) is refused.
+const MaxArchiveMeta = 32 << 20
+
+// ErrArchiveTooLarge is the error of an archive that would exceed the
+// bound Archive was given.
+var ErrArchiveTooLarge = errors.New("workspace archive too large")
+
 // Archive writes the workspace's tree to w as a tar stream, reading at
 // most quota bytes of files (the workspace's own bound: a tree that holds
-// more is refused) and at most maxWalkEntries entries. Nothing is
-// followed: a symbolic link is archived as a link.
-func (w *Workspace) Archive(out io.Writer) (files int, bytes int64, err error) {
+// more is refused) and at most maxWalkEntries entries, and writing at most
+// max bytes in all (at most quota plus MaxArchiveMeta whatever max says:
+// ErrArchiveTooLarge past it). A path longer than Restore takes is
+// refused. Nothing is followed: a symbolic link is archived as a link.
+func (w *Workspace) Archive(out io.Writer, max int64) (files int, bytes int64, err error) {
 	top, err := w.open()
 	if err != nil {
 		return 0, 0, err
 	}
 	defer unix.Close(top)
-	tw := tar.NewWriter(out)
+	if max <= 0 || max > w.quota+MaxArchiveMeta {
+		max = w.quota + MaxArchiveMeta
+	}
+	cw := &cappedWriter{w: out, left: max}
+	tw := tar.NewWriter(cw)
 	type inode struct{ dev, ino uint64 }
 	seen := map[inode]string{}
 	var werr error
 	wk := &walker{left: maxWalkEntries}
 	wk.visit = func(parent int, name, rel string, st *unix.Stat_t) {
 		if werr != nil {
+			wk.left = 0 // the walk stops here
+			return
+		}
+		if checkRel(rel) != nil {
+			werr = fmt.Errorf("%w: path %.64q… is longer than a workspace path may be", ErrArchive, rel)
 			return
 		}
 		h := &tar.Header{Name: rel, Mode: int64(st.Mode & keptMode), ModTime: time.Unix(st.Mtim.Unix()).UTC(), Format: tar.FormatPAX}
@@ -98,6 +119,20 @@ func (w *Workspace) Archive(out io.Writer) (files int, bytes int64, err error) {
 		return files, bytes, fmt.Errorf("%w: more than %d entries, or deeper than %d, or a directory it could not read", ErrArchive, maxWalkEntries, maxWalkDepth)
 	}
 	return files, bytes, tw.Close()
+}
+
+// cappedWriter writes at most left bytes to w, then fails.
+type cappedWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		return 0, ErrArchiveTooLarge
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
 }
 
 // copyFileAt writes the header and content of the regular file name of the
@@ -175,8 +210,9 @@ func (w *Workspace) Restore(in io.Reader) (files int, bytes int64, err error) {
 	defer unix.Close(top)
 	tr := tar.NewReader(in)
 	type dirTime struct {
-		rel string
-		mt  time.Time
+		rel  string
+		mt   time.Time
+		mode uint32
 	}
 	var dirs []dirTime
 	for n := 0; ; n++ {
@@ -202,8 +238,8 @@ func (w *Workspace) Restore(in io.Reader) (files int, bytes int64, err error) {
 		mode := uint32(h.Mode) & keptMode
 		switch h.Typeflag {
 		case tar.TypeDir:
-			err = restoreDir(pfd, name, mode, w.uid, w.gid)
-			dirs = append(dirs, dirTime{rel, h.ModTime})
+			err = restoreDir(pfd, name, w.uid, w.gid)
+			dirs = append(dirs, dirTime{rel, h.ModTime, mode})
 		case tar.TypeReg:
 			if bytes+h.Size > w.quota {
 				err = unix.ENOSPC
@@ -245,8 +281,13 @@ func (w *Workspace) Restore(in io.Reader) (files int, bytes int64, err error) {
 			return files, bytes, fmt.Errorf("restore %s: %w", rel, err)
 		}
 	}
-	// Directories' times last: what was written in them moved them.
+	// Directories' modes and times last, deepest first: what was written
+	// in them moved their times, and a mode without write or search
+	// would have kept it out.
 	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := unix.Fchmodat(top, dirs[i].rel, dirs[i].mode, 0); err != nil {
+			return files, bytes, fmt.Errorf("restore %s: %w", dirs[i].rel, err)
+		}
 		if err := setTime(top, dirs[i].rel, dirs[i].mt); err != nil {
 			return files, bytes, fmt.Errorf("restore %s: %w", dirs[i].rel, err)
 		}
@@ -254,9 +295,10 @@ func (w *Workspace) Restore(in io.Reader) (files int, bytes int64, err error) {
 	return files, bytes, nil
 }
 
-// restoreDir makes the directory name (or takes the one Create made) with
-// mode, owned by uid:gid.
-func restoreDir(pfd int, name string, mode uint32, uid, gid int) error {
+// restoreDir makes the directory name (or takes the one Create made),
+// mode 0700 until its own mode is set once its entries are in, owned by
+// uid:gid.
+func restoreDir(pfd int, name string, uid, gid int) error {
 	fd, err := openOrMkdir(pfd, name, uid, gid)
 	if err != nil {
 		return err
@@ -265,7 +307,7 @@ func restoreDir(pfd int, name string, mode uint32, uid, gid int) error {
 	if err := unix.Fchown(fd, uid, gid); err != nil {
 		return err
 	}
-	return unix.Fchmod(fd, mode)
+	return unix.Fchmod(fd, 0o700)
 }
 
 // restoreFile creates the file name with the next size bytes of r.

@@ -86,20 +86,24 @@ func TestArchiveRoundTrip(t *testing.T) {
 		must(t, os.Link(filepath.Join(p, "in/data.csv"), filepath.Join(p, "tmp/hard")))
 		must(t, unix.Mkfifo(filepath.Join(p, "tmp/fifo"), 0o640))
 		must(t, os.Chmod(filepath.Join(p, "out"), 0o755))
+		must(t, os.MkdirAll(filepath.Join(p, "ro/sub"), 0o700))
+		f.plant(t, src, "ro/sub/kept", []byte("behind a read-only directory"))
+		must(t, os.Chmod(filepath.Join(p, "ro/sub"), 0o500))
+		must(t, os.Chmod(filepath.Join(p, "ro"), 0o500))
 		old := time.Now().Add(-time.Hour).Truncate(time.Second)
 		must(t, os.Chtimes(filepath.Join(p, "in/data.csv"), old, old))
 		if os.Geteuid() == 0 {
-			for _, rel := range []string{"out/deep", "out/deep/er", "out/link", "host", "tmp/fifo"} {
+			for _, rel := range []string{"out/deep", "out/deep/er", "out/link", "host", "tmp/fifo", "ro", "ro/sub"} {
 				must(t, os.Lchown(filepath.Join(p, rel), f.uid, f.gid))
 			}
 		}
 		want := archSnapshot(t, p)
 		var buf bytes.Buffer
-		files, n, err := src.Archive(&buf)
+		files, n, err := src.Archive(&buf, 0)
 		if err != nil {
 			t.Fatalf("Archive: %v", err)
 		}
-		if files != 3 || n != int64(len("id,amount\n1,10\n")+len("#!/bin/sh\necho hi\n")+len(`{"n":1}`)) {
+		if files != 4 || n != int64(len("id,amount\n1,10\n")+len("#!/bin/sh\necho hi\n")+len(`{"n":1}`)+len("behind a read-only directory")) {
 			t.Errorf("Archive: %d files, %d bytes", files, n)
 		}
 		dst := f.create(t, "b", 1<<20)
@@ -122,13 +126,13 @@ func TestArchiveBounds(t *testing.T) {
 	f := newFixture(t, false)
 	ws := f.create(t, "a", 1<<20)
 	f.plant(t, ws, "big", bytes.Repeat([]byte("x"), 1<<20+1))
-	if _, _, err := ws.Archive(&bytes.Buffer{}); !errors.Is(err, tmpfs.ErrArchive) {
+	if _, _, err := ws.Archive(&bytes.Buffer{}, 0); !errors.Is(err, tmpfs.ErrArchive) {
 		t.Errorf("Archive of a tree above its quota: %v, want ErrArchive", err)
 	}
 	must(t, os.Remove(filepath.Join(ws.Path(), "big")))
 	f.plant(t, ws, "small", []byte("ok"))
 	var buf bytes.Buffer
-	if _, _, err := ws.Archive(&buf); err != nil {
+	if _, _, err := ws.Archive(&buf, 0); err != nil {
 		t.Fatal(err)
 	}
 	// The same archive restored into a smaller workspace: ENOSPC, not a
@@ -136,6 +140,10 @@ func TestArchiveBounds(t *testing.T) {
 	small := f.create(t, "b", 1)
 	if _, _, err := small.Restore(bytes.NewReader(buf.Bytes())); !errors.Is(err, unix.ENOSPC) {
 		t.Errorf("Restore above the quota: %v, want ENOSPC", err)
+	}
+	// An archive bound below the tree's size: refused while written.
+	if _, _, err := ws.Archive(&bytes.Buffer{}, 1024); !errors.Is(err, tmpfs.ErrArchiveTooLarge) {
+		t.Errorf("Archive above its bound: %v, want ErrArchiveTooLarge", err)
 	}
 	evil := tarOf(t, "../escape", "x")
 	third := f.create(t, "c", 1<<20)

@@ -67,7 +67,7 @@ func (w *Worker) watchEnd(id string) func() {
 // to the task's handler, if it still runs (a canceled or expired context).
 func (w *Worker) asynqFailed(ctx context.Context, _ *asynq.Task, err error) {
 	id, _ := asynq.GetTaskID(ctx)
-	w.gate.failed(id)
+	w.gate.Failed(id)
 	if v, ok := w.ended.Load(id); ok {
 		select {
 		case v.(chan error) <- err:
@@ -79,6 +79,10 @@ func (w *Worker) asynqFailed(ctx context.Context, _ *asynq.Task, err error) {
 // delayRetry is the asynq RetryDelayFunc: retryDelay, but cancelRetryDelay
 // for a task whose run was canceled (its handler archives it).
 func (w *Worker) delayRetry(n int, err error, t *asynq.Task) time.Duration {
+	var pe *pausedError
+	if errors.As(err, &pe) {
+		return max(time.Until(pe.until), time.Second) // a paused session's expiry
+	}
 	if errors.Is(err, context.Canceled) && !w.isStopping() {
 		return cancelRetryDelay
 	}

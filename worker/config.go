@@ -121,6 +121,12 @@ type Config struct {
 	// sessions hold together, on the disk of the workspace root: an open
 	// past it is refused (429). Default DefaultMaxSessionBytes.
 	MaxSessionBytes int64
+	// SessionStore is the directory of the sessions' checkpoints (their
+	// workspace and state after each call): a session resumes on any
+	// worker that shares it (a deploy's next worker on the same host, or
+	// a shared filesystem). Default /var/lib/airlock/sessions as root,
+	// else $TMPDIR/airlock-sessions-UID.
+	SessionStore string
 
 	// TracerProvider makes the spans of runs, decisions and promotions
 	// (package tracing); nil: the global provider, a no-op until a
@@ -179,6 +185,12 @@ func (c *Config) defaults() {
 		c.Queues = map[string]int{"default": 1}
 	}
 	root := os.Geteuid() == 0
+	if c.SessionStore == "" {
+		c.SessionStore = "/var/lib/airlock/sessions"
+		if os.Geteuid() != 0 {
+			c.SessionStore = filepath.Join(os.TempDir(), fmt.Sprintf("airlock-sessions-%d", os.Geteuid()))
+		}
+	}
 	if c.WorkspaceRoot == "" {
 		if root {
 			c.WorkspaceRoot = "/var/lib/airlock/workspaces"

@@ -30,11 +30,14 @@ type gate struct {
 	// freed wakes a held dequeue when it falls (at most one wake-up).
 	busy  atomic.Int64
 	freed chan struct{}
-	// ran holds the task ids whose handler started and did not succeed
-	// yet: asynq's error handler releases the slot of a task whose
-	// handler never ran (its deadline passed in the queue), and only of
-	// such a task.
-	ran sync.Map
+	// ran counts, per task id, the handler runs started that asynq's
+	// error handler has not seen yet: a handler gives its slot back
+	// itself (once per run); the error handler gives back the slot of a
+	// task whose handler never ran (its deadline passed in the queue),
+	// and only then. A session's task runs once per resume: each run is
+	// counted.
+	mu  sync.Mutex
+	ran map[string]int
 	// open makes the hook pass everything: the asynq server it gated
 	// has shut down, and the client may serve another (Open).
 	open atomic.Bool
@@ -102,34 +105,49 @@ func (h gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// started marks the handler of task id started and returns what gives
-// its slot back to the gate, once (later calls do nothing).
-func (g *gate) started(id string) func() {
+// Start counts a handler run of task id and returns what gives its slot
+// back to the gate, once (later calls do nothing).
+func (g *gate) Start(id string) func() {
 	if g == nil {
 		return func() {}
 	}
-	g.ran.Store(id, true)
+	g.mu.Lock()
+	if g.ran == nil {
+		g.ran = map[string]int{}
+	}
+	g.ran[id]++
+	g.mu.Unlock()
 	var once sync.Once
 	return func() { once.Do(g.release) }
 }
 
-// succeeded forgets a handler that returned nil: asynq calls no error
-// handler for it.
-func (g *gate) succeeded(id string) {
+// Succeeded is the end of a run of task id that returned nil: asynq calls
+// no error handler for it.
+func (g *gate) Succeeded(id string) {
 	if g != nil {
-		g.ran.Delete(id)
+		g.seen(id)
 	}
 }
 
-// failed is asynq's error handler's part: a task whose handler never ran
-// gives its slot back here.
-func (g *gate) failed(id string) {
-	if g == nil {
-		return
-	}
-	if _, ran := g.ran.LoadAndDelete(id); !ran {
+// Failed is asynq's error handler's part: the slot of a task whose
+// handler never ran comes back here.
+func (g *gate) Failed(id string) {
+	if g != nil && !g.seen(id) {
 		g.release()
 	}
+}
+
+// seen uncounts a run of task id, and reports whether there was one.
+func (g *gate) seen(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := g.ran[id]
+	if n <= 1 {
+		delete(g.ran, id)
+	} else {
+		g.ran[id] = n - 1
+	}
+	return n > 0
 }
 
 func (g *gate) release() {

@@ -64,22 +64,33 @@ type outcome struct {
 
 // handle is the asynq handler of TypeRun.
 func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
+	id, _ := asynq.GetTaskID(ctx)
+	release := w.gate.Start(id)
+	defer release() // a run that never sat, or a session that ended seated
 	w.inflight.Add(1)
 	defer w.inflight.Done()
 	rec := w.newRecord(ctx)
 	ctx, span := w.startRun(ctx, t, &rec)
 	defer endRun(span, &rec)
 	defer w.watchEnd(rec.TaskID)()
-	release := w.gate.started(rec.TaskID)
-	defer release() // a run that never sat, or a session that ended seated
 	out := w.carryOut(ctx, t, &rec, release)
+	if h := out.session; h != nil && (h.paused || h.lost) && !errors.Is(out.err, errHandedBack) {
+		// Paused (its task waits in asynq's retry set, not as a
+		// failure, until a call or its expiry) or taken over by
+		// another worker: no record yet, and the session goes on.
+		w.endSession(ctx, &rec, h)
+		if out.err == nil {
+			w.gate.Succeeded(id)
+		}
+		return out.err
+	}
 	err := w.report(ctx, &rec, out)
 	if out.session != nil {
 		w.endSession(ctx, &rec, out.session)
 	}
 	w.shareEnded(ctx, &rec, err)
 	if err == nil {
-		w.gate.succeeded(rec.TaskID)
+		w.gate.Succeeded(id)
 	}
 	return err
 }
@@ -153,6 +164,9 @@ type job struct {
 	seat seat
 	// egress is a networked run's, served by whichever slot it sits in.
 	egress *egress.Run
+	// deadline is a resumed session's (its open's timeout); zero: the
+	// run's starts now.
+	deadline time.Time
 	// released tells the gate the run gave its first slot back (once).
 	released func()
 	rec      *record.Run
@@ -363,10 +377,10 @@ func (w *Worker) handlePromote(ctx context.Context, t *asynq.Task) (err error) {
 	// A promotion takes no slot, but the gate counted one when asynq
 	// took its task.
 	id, _ := asynq.GetTaskID(ctx)
-	defer w.gate.started(id)()
+	defer w.gate.Start(id)()
 	defer func() {
 		if err == nil {
-			w.gate.succeeded(id)
+			w.gate.Succeeded(id)
 		}
 	}()
 	var p approve.Payload

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/airlock-run/airlock/internal/isolation/sandbox"
+	"github.com/airlock-run/airlock/internal/network/egress"
 	"github.com/airlock-run/airlock/tmpfs"
 )
 
@@ -48,6 +49,11 @@ func (w *Worker) sit(ctx context.Context, j *job) error {
 	}
 	j.seat = seat{slot: s, box: box, ws: ws}
 	j.rec.Isolation.UID = s.uidN
+	if j.spec.Network {
+		// Say what this run's helper had, not the default one's.
+		box.Status().Into(&j.rec.Isolation)
+		j.rec.Isolation.Network = sandbox.EgressTier(egress.URL, w.cfg.EgressAllow, w.cfg.EgressMaxBytes, w.cfg.EgressMaxConns, w.cfg.EgressIdleTimeout)
+	}
 	return nil
 }
 

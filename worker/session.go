@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
+	"os"
 	"slices"
 	"syscall"
 	"time"
@@ -39,23 +40,46 @@ type heldSession struct {
 	answered bool // the open was answered
 	// bell is rung when a call waits (the worker's bell, sessionpark.go).
 	bell chan struct{}
-	// archive is the file its workspace is parked in between calls, and
-	// archived its size (for -max-session-bytes).
-	archive  string
-	archived int64
+	// resumed is the state of a session this worker resumed (paused, or
+	// its holder died), read from its checkpoint; ckpt is that
+	// checkpoint's name ("" when the session never answered its open).
+	resumed     *checkpointMeta
+	ckpt        string
+	resumedHold bool // taken over or resumed, not opened here
+	// seq is the last checkpoint written, committed is the name of the
+	// last one committed with an answer, pending the one written since.
+	seq       int
+	committed string
+	pending   string
+	// archived is the size of its committed checkpoint, for
+	// -max-session-bytes.
+	archived, pendingSize int64
+	// paused: the session ended on this worker paused (asked for, idle,
+	// or the worker stops), not over: its state and checkpoint stay.
+	// lost: another worker took it over; this one commits nothing more.
+	paused, lost bool
 	// envSecrets are the secrets its step calls saw in their environment
 	// (the spec's own steps' are the spec's EnvSecrets), for the policy.
 	envSecrets []string
 }
 
-// holdSession takes the session of j's run for this worker, within
-// -max-sessions. nil: the run is refused, as the outcome says (its record
-// says why).
+// holdSession takes the session of j's run for this worker: a new one
+// within -max-sessions and -max-session-bytes, or one to resume (paused,
+// or its holder died). nil: the run is refused, as the outcome says (its
+// record says why).
 func (w *Worker) holdSession(ctx context.Context, j *job) (*heldSession, outcome) {
 	rec, spec := j.rec, j.spec
 	rec.Session = &record.Session{IdleTimeout: spec.Session.IdleTimeout}
+	deadline := time.Now().Add(time.Duration(spec.Timeout))
+	held, err := w.sessions.Hold(ctx, rec.TaskID, spec.Queue, w.holder, deadline)
+	if err != nil {
+		// Not this task's to end: a session a live worker holds, one of
+		// another queue, or one that ended.
+		rec.Session.Ended = "worker"
+		return nil, w.refuse(rec, record.VerdictError, err.Error())
+	}
 	n := w.sessionsHeld.Add(1)
-	if n > int64(w.cfg.MaxSessions) || w.sessionBytes.Load() >= w.cfg.MaxSessionBytes {
+	if !held.Resumed && (n > int64(w.cfg.MaxSessions) || w.sessionBytes.Load() >= w.cfg.MaxSessionBytes) {
 		w.sessionsHeld.Add(-1)
 		msg := fmt.Sprintf("this worker holds its -max-sessions %d sessions; try again later", w.cfg.MaxSessions)
 		if n <= int64(w.cfg.MaxSessions) {
@@ -68,18 +92,30 @@ func (w *Worker) holdSession(ctx context.Context, j *job) (*heldSession, outcome
 		_ = w.sessions.Forget(ctx, rec.TaskID)
 		return nil, w.refuse(rec, record.VerdictSessionLimit, msg)
 	}
-	deadline := time.Now().Add(time.Duration(spec.Timeout))
-	if err := w.sessions.Hold(ctx, rec.TaskID, spec.Queue, w.name, deadline); err != nil {
-		// Not this task's to end: a session another worker holds (or
-		// held: its callers end it when its beat stops), one of another
-		// queue, or one that ended.
-		w.sessionsHeld.Add(-1)
-		rec.Session.Ended = "worker"
-		return nil, w.refuse(rec, record.VerdictError, err.Error())
+	h := &heldSession{bell: w.bells.add(rec.TaskID)}
+	if held.Resumed {
+		h.resumedHold = true
+		h.ckpt, h.committed, h.answered = held.Checkpoint, held.Checkpoint, held.Checkpoint != ""
+		if h.ckpt != "" {
+			if h.resumed, err = w.readCheckpointMeta(rec.TaskID, h.ckpt); err == nil {
+				h.seq = h.resumed.Seq
+				fi, _ := os.Stat(w.checkpointFile(rec.TaskID, h.seq))
+				if fi != nil {
+					h.archived = fi.Size()
+					w.sessionBytes.Add(h.archived)
+				}
+			} else {
+				w.log.Error().Err(err).Str("task_id", rec.TaskID).Msg("resume a session")
+			}
+		}
+		if !held.ExpiresAt.IsZero() {
+			j.deadline = held.ExpiresAt
+		}
+		w.log.Info().Str("task_id", rec.TaskID).Str("trace_id", rec.TraceID).Str("checkpoint", h.ckpt).Msg("session resumed")
 	}
 	// The worker's beat (one for all its sessions, sessionpark.go)
 	// tells callers the holder is alive; its bell brings the calls.
-	return &heldSession{bell: w.bells.add(rec.TaskID)}, outcome{}
+	return h, outcome{}
 }
 
 // endSession marks the held session ended with its run's state (failed
@@ -87,8 +123,17 @@ func (w *Worker) holdSession(ctx context.Context, j *job) (*heldSession, outcome
 // open it never answered, and gives its place back.
 func (w *Worker) endSession(ctx context.Context, rec *record.Run, h *heldSession) {
 	w.bells.remove(rec.TaskID)
-	w.dropArchive(h)
 	w.sessionsHeld.Add(-1)
+	w.sessionBytes.Add(-h.archived - h.pendingSize)
+	if h.pending != "" {
+		w.removeCheckpoint(rec.TaskID, h.seq) // written, never committed
+	}
+	if h.paused || h.lost {
+		return // its checkpoint and state go on, for the next holder
+	}
+	if seq, _, err := parseCheckpoint(h.committed); err == nil {
+		w.removeCheckpoint(rec.TaskID, seq)
+	}
 	ctx = context.WithoutCancel(ctx)
 	end := rec.State
 	if !record.Final(end) && end != record.StateParked && end != record.StateAccepted {
@@ -110,14 +155,16 @@ func (w *Worker) endSession(ctx context.Context, rec *record.Run, h *heldSession
 	}
 }
 
-// serveSession runs the spec's steps, answers the open, then serves the
-// session's calls. Between two calls the session holds no slot: its
-// workspace is parked (an archive, sessionpark.go) and each call borrows a
-// free slot to restore it into. closed: the caller closed it, and the
-// output goes on to its contract (the workspace restored in a seat);
-// otherwise r says how it ended.
+// serveSession runs the spec's steps (or, resumed, takes up the state of
+// its checkpoint), answers the open, then serves the session's calls.
+// Between two calls the session holds no slot: its workspace is parked in
+// a checkpoint (checkpoint.go), committed with each answer, and each call
+// borrows a free slot to restore it into. closed: the caller closed it,
+// and the output goes on to its contract (the workspace restored in a
+// seat); errSessionPaused: it was paused (asked for, idle, or the worker
+// stops), and resumes from its checkpoint; otherwise r says how it ended.
 func (w *Worker) serveSession(ctx context.Context, j *job, deadline time.Time) (r stepsResult, closed bool, err error) {
-	spec, rec, id := j.spec, j.rec, j.rec.TaskID
+	spec, rec, h := j.spec, j.rec, j.session
 	r = stepsResult{records: []record.Step{}, state: record.StateCompleted, verdict: record.VerdictOK}
 	keep := sandbox.NewKeepBudget(int64(spec.MaxRecordBytes))
 	defer func() {
@@ -125,44 +172,80 @@ func (w *Worker) serveSession(ctx context.Context, j *job, deadline time.Time) (
 			rec.KeptOutput.Reached = true
 		}
 	}()
-	idle := time.Duration(spec.Session.IdleTimeout)
-	for i, st := range spec.Steps {
-		sr, res, err := w.runStep(ctx, j, j.seat.box, j.seat.ws, st, min(spec.StepTimeout(i), time.Until(deadline)), keep)
-		r.records = append(r.records, sr)
-		if err != nil || res.Canceled {
-			return r, false, stepErr(err)
-		}
-		w.stepEvent(ctx, rec, &sr)
-	}
-	if err := w.park(j); err != nil {
-		return r, false, err
-	}
-	answer := func(callID string, a *session.Answer) {
-		a.ExpiresAt, a.IdleUntil = deadline, time.Now().Add(idle)
-		if a.State == "" {
-			a.State = session.StateOpen
-		}
-		if err := w.sessions.Answer(ctx, id, callID, a); err != nil {
-			w.log.Error().Err(err).Str("task_id", id).Str("trace_id", rec.TraceID).Str("call", callID).Msg("answer a session call")
-		}
-	}
-	answer("open", &session.Answer{Status: http.StatusCreated, Steps: r.records})
-	j.session.answered = true
+	idle, pauseAfter := time.Duration(spec.Session.IdleTimeout), time.Duration(spec.Session.PauseAfter)
 	idleUntil := time.Now().Add(idle)
+	sv := &sessionServer{w: w, j: j, r: &r, keep: keep, deadline: deadline, idle: idle}
+	switch {
+	case h.resumed != nil:
+		m := h.resumed
+		r.records, rec.Session.Calls, h.envSecrets = m.Steps, m.Calls, m.EnvSecrets
+		rec.StartedAt, rec.Workspace, idleUntil = m.StartedAt, m.Workspace, m.IdleUntil
+		keep = sandbox.NewKeepBudget(m.KeepLeft)
+		sv.keep = keep
+		if r.records == nil {
+			r.records = []record.Step{}
+		}
+	case h.resumedHold:
+		// Taken over, with nothing to resume from: its holder died
+		// before it answered the open, or its checkpoint is gone.
+		r.state, r.verdict = record.StateFailed, record.VerdictError
+		r.err = "the worker that held the session stopped before its open was answered, or its checkpoint is not in this worker's -session-store"
+		return r, false, nil
+	default:
+		for i, st := range spec.Steps {
+			sr, res, err := w.runStep(ctx, j, j.seat.box, j.seat.ws, st, min(spec.StepTimeout(i), time.Until(deadline)), keep)
+			r.records = append(r.records, sr)
+			if err != nil || res.Canceled {
+				return r, false, stepErr(err)
+			}
+			w.stepEvent(ctx, rec, &sr)
+		}
+		if err := sv.park(idleUntil); err != nil {
+			return r, false, err
+		}
+		if err := sv.answer("open", &session.Answer{Status: http.StatusCreated, Steps: r.records}, idleUntil); err != nil {
+			return r, false, err
+		}
+		h.answered = true
+	}
+	lastCall := time.Now()
 	for {
+		now := time.Now()
+		expired := !now.Before(idleUntil) || !now.Before(deadline)
 		until := idleUntil
 		if deadline.Before(until) {
 			until = deadline
 		}
+		pauseAt := lastCall.Add(pauseAfter)
+		pausing := !expired && pauseAt.Before(until)
+		if pausing {
+			until = pauseAt
+		}
+		if expired {
+			// Resumed past its idle timeout or deadline: it ends now,
+			// and what was queued meanwhile is answered 410.
+			r.state, r.verdict = record.StateExpired, record.VerdictTimeout
+			rec.Session.Ended, r.err = "idle_timeout", idleExpired(spec)
+			if !now.Before(deadline) {
+				rec.Session.Ended, r.err = "timeout", deadlineExpired(spec)
+			}
+			return r, false, nil
+		}
 		call, err := w.nextCall(ctx, j, until)
 		if err != nil {
 			if ctx.Err() != nil {
+				if w.isStopping() && j.seat.slot == nil {
+					return r, false, sv.pause(true) // a deploy: the next worker resumes it
+				}
 				rec.Session.Ended = "canceled"
 				return r, false, errHandedBack // canceled (a delete), or the worker stops
 			}
 			return r, false, fmt.Errorf("session calls: %w", err)
 		}
 		if call == nil {
+			if pausing {
+				return r, false, sv.pause(false) // pause_after: idle, it frees the worker
+			}
 			r.state, r.verdict = record.StateExpired, record.VerdictTimeout
 			rec.Session.Ended, r.err = "idle_timeout", idleExpired(spec)
 			if time.Until(deadline) <= 0 {
@@ -171,61 +254,38 @@ func (w *Worker) serveSession(ctx context.Context, j *job, deadline time.Time) (
 			return r, false, nil
 		}
 		rec.Session.Calls++
-		idleUntil = time.Now().Add(idle)
-		if call.Op == session.OpClose {
+		lastCall, idleUntil = time.Now(), time.Now().Add(idle)
+		switch call.Op {
+		case session.OpClose:
 			rec.Session.Ended = "close"
 			// The output is read from the workspace: it sits again.
 			if err := w.unpark(ctx, j); err != nil {
 				return r, false, err
 			}
-			answer(call.ID, &session.Answer{Status: http.StatusOK, State: "closing"})
-			return r, true, nil
-		}
-		if call.Op != session.OpStep && call.Op != session.OpWrite && call.Op != session.OpRead {
-			answer(call.ID, &session.Answer{Status: http.StatusBadRequest, Field: "op", Error: fmt.Sprintf("%q is not a call (step, write, read, close)", call.Op)})
-			continue
-		}
-		if err := w.unpark(ctx, j); err != nil {
-			if ctx.Err() != nil {
-				rec.Session.Ended = "canceled"
-				return r, false, errHandedBack
-			}
-			answer(call.ID, &session.Answer{Status: http.StatusInternalServerError, Error: "the session's workspace could not be restored: " + err.Error(), State: session.StateEnded, End: record.StateFailed})
-			return r, false, err
-		}
-		var a *session.Answer
-		var stepRes sandbox.Result
-		var stepErr2 error
-		switch call.Op {
-		case session.OpStep:
-			a, stepRes, stepErr2 = w.sessionStep(ctx, j, call, len(r.records), deadline, keep)
-			if a.Step != nil {
-				r.records = append(r.records, *a.Step)
-			}
-		case session.OpWrite:
-			a = writeFile(j.seat.ws, call)
-		case session.OpRead:
-			a = readFile(j.seat.ws, call)
-			// What goes back holds no secret's value, as the record does not.
-			if red, found := j.secrets.RedactBytes(a.Data); len(found) > 0 {
-				a.Data, a.Size, a.Redacted = red, int64(len(red)), true
-			}
-		}
-		if stepErr2 == nil && !stepRes.Canceled {
-			// Parked before the answer: the next call finds the
-			// workspace as this one left it, on whichever slot.
-			if err := w.park(j); err != nil {
-				a = &session.Answer{Status: http.StatusInternalServerError, Error: "the session's workspace could not be parked: " + err.Error(), State: session.StateEnded, End: record.StateFailed}
-				answer(call.ID, a)
+			if err := sv.answer(call.ID, &session.Answer{Status: http.StatusOK, State: "closing"}, idleUntil); err != nil {
 				return r, false, err
 			}
+			return r, true, nil
+		case session.OpPause:
+			if err := sv.commit(call.ID, &session.Answer{Status: http.StatusOK, State: session.StatePaused}, idleUntil, true); err != nil {
+				return r, false, err
+			}
+			h.paused = true
+			return r, false, sv.pause(false)
+		case session.OpResume:
+			if err := sv.answer(call.ID, &session.Answer{Status: http.StatusOK}, idleUntil); err != nil {
+				return r, false, err
+			}
+			continue
+		case session.OpStep, session.OpWrite, session.OpRead:
+		default:
+			if err := sv.answer(call.ID, &session.Answer{Status: http.StatusBadRequest, Field: "op", Error: fmt.Sprintf("%q is not a call (step, write, read, pause, resume, close)", call.Op)}, idleUntil); err != nil {
+				return r, false, err
+			}
+			continue
 		}
-		answer(call.ID, a)
-		if a.Step != nil {
-			w.stepEvent(ctx, rec, a.Step)
-		}
-		if stepErr2 != nil || stepRes.Canceled {
-			return r, false, stepErr(stepErr2)
+		if done, err := sv.serve(ctx, call, idleUntil); done || err != nil {
+			return r, false, err
 		}
 	}
 }

@@ -38,14 +38,17 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 		j.egress = er
 		defer func() { rec.Egress = er.Close() }()
 	}
+	defer w.stand(j) // whichever seat the run holds at its end
+	deadline := time.Now().Add(time.Duration(spec.Timeout))
+	if j.session != nil && j.session.resumedHold {
+		// A session taken up from its checkpoint: no files, inputs or
+		// spec steps again; its calls borrow slots as they come.
+		deadline = j.deadline
+		steps, closed, err := w.serveSession(ctx, j, deadline)
+		return w.finish(ctx, j, steps, closed, err, deadline)
+	}
 	if err := w.sit(ctx, j); err != nil {
 		return outcome{err: err}
-	}
-	defer w.stand(j) // whichever seat the run holds at its end
-	if spec.Network {
-		// Say what this run's helper had, not the default one's.
-		j.seat.box.Status().Into(&rec.Isolation)
-		rec.Isolation.Network = sandbox.EgressTier(egress.URL, w.cfg.EgressAllow, w.cfg.EgressMaxBytes, w.cfg.EgressMaxConns, w.cfg.EgressIdleTimeout)
 	}
 	ws := j.seat.ws
 	rec.Workspace.QuotaBytes = ws.Quota()
@@ -69,7 +72,6 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 		}
 		return outcome{}
 	}
-	deadline := time.Now().Add(time.Duration(spec.Timeout))
 	if len(spec.Inputs) > 0 {
 		if out, ok := w.fetchTraced(ctx, j, ws, deadline); !ok {
 			return out
@@ -77,12 +79,18 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 	}
 	var steps stepsResult
 	closed := true
-	var err2 error
 	if spec.Session != nil {
-		steps, closed, err2 = w.serveSession(ctx, j, deadline)
+		steps, closed, err = w.serveSession(ctx, j, deadline)
 	} else {
-		steps, err2 = w.runSteps(ctx, j, j.seat.box, ws, deadline)
+		steps, err = w.runSteps(ctx, j, j.seat.box, ws, deadline)
 	}
+	return w.finish(ctx, j, steps, closed, err, deadline)
+}
+
+// finish fills the record with what the steps phase found and, when the
+// run came to its output, reads it (check, decide, settle).
+func (w *Worker) finish(ctx context.Context, j *job, steps stepsResult, closed bool, err2 error, deadline time.Time) outcome {
+	spec, rec := j.spec, j.rec
 	rec.Steps = steps.records
 	if rec.Session != nil {
 		rec.Session.StepsFailed = stepsFailed(steps.records)
@@ -93,7 +101,7 @@ func (w *Worker) run(ctx context.Context, j *job) outcome {
 	rec.State, rec.Verdict, rec.Error = steps.state, steps.verdict, steps.err
 	// A session that ended parked (expired, canceled) has no workspace
 	// here to measure or list: its last call's figures stand.
-	ws = j.seat.ws
+	ws := j.seat.ws
 	if ws == nil {
 		return outcome{}
 	}

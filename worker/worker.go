@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -83,6 +83,8 @@ type Worker struct {
 	// sessionBytes is what their parked workspaces hold together.
 	bells        bells
 	sessionBytes atomic.Int64
+	// holder names the worker as the holder of its sessions.
+	holder string
 	// gate lets asynq take a task only for a free slot (gate.go).
 	gate *gate
 
@@ -143,7 +145,11 @@ func New(cfg Config) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, log: cfg.Logger, stopping: make(chan struct{}),
 		name: fmt.Sprintf("%s/%d", host, os.Getpid()),
-		tr:   tracing.Tracer(cfg.TracerProvider),
+		// The sessions' holder: unique to this process, so that another
+		// one of the same host name and pid (a container restarted as
+		// pid 1) never beats for the sessions of one that died.
+		holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),
+		tr:     tracing.Tracer(cfg.TracerProvider),
 	}
 	binds, err := sandbox.ParseBinds(cfg.ROBinds)
 	if err != nil {
@@ -195,11 +201,12 @@ func (w *Worker) confine() error {
 		return fmt.Errorf("worker: workspace root: %w", err)
 	}
 	w.ws = mgr
-	// The sessions' parked workspaces: the root's sweep (New, Close)
-	// removes what a killed worker left there.
-	if err := os.Mkdir(w.sessionsDir(), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("worker: sessions directory: %w", err)
+	// The sessions' checkpoints: kept across workers (a session resumes
+	// from them), swept once older than any session lives.
+	if err := os.MkdirAll(cfg.SessionStore, 0o700); err != nil {
+		return fmt.Errorf("worker: session store: %w", err)
 	}
+	w.sweepCheckpoints(24*time.Hour + time.Duration(cfg.Policy.MaxTimeout))
 	w.plan = &sandbox.Plan{Mode: cfg.Isolation, Root: root, UIDFirst: cfg.UIDFirst,
 		Warn: func(err error, msg string) { w.log.Warn().Err(err).Msg(msg) }}
 	w.plan.SetQuota(mgr.Mechanism(), mgr.Mounted())
@@ -435,7 +442,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.gate.Open()
 	bellsCtx, stopBells := context.WithCancel(context.Background())
 	bellsDone := make(chan struct{})
-	go func() { defer close(bellsDone); w.serveBells(bellsCtx) }()
+	first := make(chan struct{}, 1)
+	w.bells.mu.Lock()
+	w.bells.first = first
+	w.bells.mu.Unlock()
+	go func() { defer close(bellsDone); w.serveBells(bellsCtx, first) }()
 	defer func() { stopBells(); <-bellsDone }()
 	srv := asynq.NewServerFromRedisClient(w.cfg.Redis, asynq.Config{
 		Concurrency:       w.cfg.Concurrency + max(w.cfg.MaxSessions, 0),
@@ -446,9 +457,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		DelayedTaskCheckInterval: 5 * time.Second,
 		ShutdownTimeout:          w.cfg.ShutdownTimeout,
 		RetryDelayFunc:           w.delayRetry,
-		ErrorHandler:             asynq.ErrorHandlerFunc(w.asynqFailed),
-		Logger:                   redislog.Asynq(w.log),
-		LogLevel:                 asynq.WarnLevel,
+		// A paused session's task waits in the retry set until a call
+		// or its expiry: not a failure, it uses none of its retries.
+		IsFailure:    func(err error) bool { return !errors.Is(err, errSessionPaused) },
+		ErrorHandler: asynq.ErrorHandlerFunc(w.asynqFailed),
+		Logger:       redislog.Asynq(w.log),
+		LogLevel:     asynq.WarnLevel,
 	})
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(tasks.TypeRun, w.handle)

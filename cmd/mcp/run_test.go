@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/airlock-run/airlock/frontend/mcpserver"
 	"io"
 	"os"
 	"path/filepath"
@@ -101,7 +102,7 @@ func TestStdio(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := cs.ListTools(ctx, nil)
-	if err != nil || len(res.Tools) != 10 {
+	if err != nil || len(res.Tools) != len(mcpserver.Tools) {
 		t.Fatalf("tools: %v %v", res, err)
 	}
 	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "get_run", Arguments: map[string]any{"task_id": "none"}})

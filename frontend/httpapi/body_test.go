@@ -43,7 +43,7 @@ func (e *env) openFake(answer bool) *fakeSession {
 	if err := conn.Create(ctx, session.Info{ID: id, TaskID: id, Queue: e.queue, Principal: "writer", OpenedAt: time.Now()}, time.Hour); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := conn.Hold(ctx, id, e.queue, "fake", time.Now().Add(time.Hour)); err != nil {
+	if _, err := conn.Hold(ctx, id, e.queue, "fake", time.Now().Add(time.Hour)); err != nil {
 		e.t.Fatal(err)
 	}
 	fs := &fakeSession{id: id, conn: conn, path: "/v1/sessions/" + id + "/files/"}

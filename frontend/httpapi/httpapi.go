@@ -216,6 +216,8 @@ func (h *Handler) routes() {
 	handle("PUT /v1/sessions/{id}/files/{path...}", h.auth(ScopeRunsWrite, h.putSessionFile))
 	handle("GET /v1/sessions/{id}/files/{path...}", h.auth(ScopeRunsWrite, h.getSessionFile))
 	handle("POST /v1/sessions/{id}/close", h.auth(ScopeRunsWrite, h.closeSession))
+	handle("POST /v1/sessions/{id}/pause", h.auth(ScopeRunsWrite, h.pauseSession))
+	handle("POST /v1/sessions/{id}/resume", h.auth(ScopeRunsWrite, h.resumeSession))
 	handle("DELETE /v1/sessions/{id}", h.auth(ScopeRunsWrite, h.deleteSession))
 
 	handle("GET /v1/approvals", h.auth(ScopeApprovalsRead, h.listApprovals))

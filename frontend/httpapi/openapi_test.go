@@ -36,6 +36,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		"/v1/actions": {"GET"}, "/v1/actions/{name}/runs": {"POST"},
 		"/v1/sessions": {"POST"}, "/v1/sessions/{id}": {"DELETE"}, "/v1/sessions/{id}/steps": {"POST"},
 		"/v1/sessions/{id}/files/{path}": {"GET", "PUT"}, "/v1/sessions/{id}/close": {"POST"},
+		"/v1/sessions/{id}/pause": {"POST"}, "/v1/sessions/{id}/resume": {"POST"},
 	}
 	got := map[string][]string{}
 	for path, item := range doc.Paths.Map() {

@@ -78,6 +78,9 @@ const (
 	ProblemNoRoom       = "urn:airlock:problem:no-room"       // 429: no worker had room for a session (Retry-After)
 	ProblemQuota        = "urn:airlock:problem:quota"         // 429: the caller's quota refused the call (quota, limit; Retry-After)
 	ProblemNoAnswer     = "urn:airlock:problem:no-answer"     // 504: the worker holding the session did not answer in time
+	// ProblemNotApplied: 503, the worker holding the session died during
+	// the call, which was not applied; send it again.
+	ProblemNotApplied = "urn:airlock:problem:not-applied"
 )
 
 // writeProblem writes p as application/problem+json.

@@ -109,6 +109,9 @@ func (h *Handler) sessionError(w http.ResponseWriter, r *http.Request, err error
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(se.RetryAfter.Seconds()))))
 	case http.StatusGatewayTimeout:
 		p.Type = ProblemNoAnswer
+	case http.StatusServiceUnavailable:
+		p.Type = ProblemNotApplied
+		w.Header().Set("Retry-After", "1")
 	default:
 		p.Type, p.Status = ProblemInternal, http.StatusInternalServerError
 	}
@@ -222,6 +225,33 @@ func (h *Handler) getSessionFile(w http.ResponseWriter, r *http.Request) {
 // parked or finished.
 func (h *Handler) closeSession(w http.ResponseWriter, r *http.Request) {
 	h.endSession(w, r, (*airlock.Session).Close)
+}
+
+// pauseSession serves POST /v1/sessions/{id}/pause: the session's
+// workspace and state to the store, its worker freed; 200 with the
+// answer (state paused, expires_at, idle_until).
+func (h *Handler) pauseSession(w http.ResponseWriter, r *http.Request) {
+	h.sessionOp(w, r, (*airlock.Session).Pause)
+}
+
+// resumeSession serves POST /v1/sessions/{id}/resume: 200 once a worker
+// holds the session again (state open).
+func (h *Handler) resumeSession(w http.ResponseWriter, r *http.Request) {
+	h.sessionOp(w, r, (*airlock.Session).Resume)
+}
+
+// sessionOp runs op on the request's session and answers its answer.
+func (h *Handler) sessionOp(w http.ResponseWriter, r *http.Request, op func(*airlock.Session, context.Context) (*session.Answer, error)) {
+	s, _, ok := h.session(w, r)
+	if !ok {
+		return
+	}
+	a, err := op(s, r.Context())
+	if err != nil {
+		h.sessionError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"session_id": s.ID(), "state": a.State, "expires_at": a.ExpiresAt, "idle_until": a.IdleUntil})
 }
 
 // deleteSession serves DELETE /v1/sessions/{id}: ended at once, the run

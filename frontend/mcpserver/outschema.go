@@ -67,8 +67,10 @@ func outputSchemas() map[string]object {
 		ToolOpenSession: strict([]string{"session_id", "queue", "steps", "expires_at", "idle_until", "note"}, object{
 			"session_id": str, "queue": str, "steps": steps, "expires_at": str, "idle_until": str, "note": str}),
 		ToolRunInSession: step,
-		ToolWriteFile:    file,
-		ToolReadFile:     file,
+		ToolPauseSession: strict([]string{"session_id", "state", "expires_at", "idle_until"}, object{
+			"session_id": str, "state": str, "expires_at": str, "idle_until": str}),
+		ToolWriteFile: file,
+		ToolReadFile:  file,
 	}
 	toolError := strict([]string{"error"}, object{"error": str, "field": str, "state": str})
 	out := make(map[string]object, len(answers))

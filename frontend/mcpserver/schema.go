@@ -22,7 +22,7 @@ type object = map[string]any
 type schemas struct {
 	runAction, getRun, waitRun, getResult, cancelRun object
 	// The session tools' (sessions.go).
-	openSession, runInSession, writeFile, readFile, closeSession object
+	openSession, runInSession, writeFile, readFile, closeSession, pauseSession object
 	// out are the output schemas, by tool (outschema.go); enqueued is
 	// that of run_action and of each action's tool.
 	out map[string]object

@@ -68,7 +68,7 @@ const (
 
 // Tools are the names of every tool the server has, in the order listed.
 var Tools = []string{ToolRunAction, ToolGetRun, ToolWaitRun, ToolGetResult, ToolCancelRun,
-	ToolOpenSession, ToolRunInSession, ToolWriteFile, ToolReadFile, ToolCloseSession}
+	ToolOpenSession, ToolRunInSession, ToolWriteFile, ToolReadFile, ToolCloseSession, ToolPauseSession}
 
 // CannotApprove is said of every parked run: in get_run's and wait_run's
 // note, and in get_result's error.
@@ -164,7 +164,7 @@ const instructions = `Airlock runs actions (commands over files) as sandboxed, b
 	`Run records in answers are compact: isolation is {mode, uid, off, uri}, the tiers' text being the resource at uri (` + IsolationURI + `/ID), ` +
 	`the same for every run of a worker; full: true returns the whole record. A whole spec's JSON Schema is the resource ` + SpecSchemaURI + `.`
 
-// New returns the MCP server with its ten tools (Tools) and its
+// New returns the MCP server with its eleven tools (Tools) and its
 // resources, using c.
 func New(c Client, o Options) (*mcp.Server, error) {
 	o = o.withDefaults()

@@ -159,7 +159,7 @@ func callTool(t *testing.T, cs *mcp.ClientSession, name, args string) (*mcp.Call
 	return res, m
 }
 
-func TestToolsAreTheTenAndNoneApproves(t *testing.T) {
+func TestToolsAreTheElevenAndNoneApproves(t *testing.T) {
 	cs := connect(t, &fakeClient{}, Options{}, nil)
 	res, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
@@ -179,7 +179,7 @@ func TestToolsAreTheTenAndNoneApproves(t *testing.T) {
 			t.Errorf("tool %s", tool.Name)
 		}
 	}
-	if !slices.Equal(names, []string{"cancel_run", "close_session", "get_result", "get_run", "open_session", "read_file", "run_action", "run_in_session", "wait_run", "write_file"}) { // listed by name
+	if !slices.Equal(names, []string{"cancel_run", "close_session", "get_result", "get_run", "open_session", "pause_session", "read_file", "run_action", "run_in_session", "wait_run", "write_file"}) { // listed by name
 		t.Errorf("tools %v", names)
 	}
 	want := slices.Sorted(slices.Values(Tools))

@@ -31,6 +31,7 @@ const (
 	ToolWriteFile    = "write_file"
 	ToolReadFile     = "read_file"
 	ToolCloseSession = "close_session"
+	ToolPauseSession = "pause_session"
 )
 
 // sessionSchemas adds the session tools' input schemas to sc: open_session
@@ -60,6 +61,7 @@ func sessionSchemas(sc *schemas, wholeSpec func(string) object, step, command fu
 		"encoding": object{"enum": []any{"utf-8", "base64"}, "default": "utf-8"}})
 	sc.readFile = strict([]string{"session_id", "path"}, object{"session_id": sid, "path": path})
 	sc.closeSession = strict([]string{"session_id"}, object{"session_id": sid, "full": full})
+	sc.pauseSession = strict([]string{"session_id"}, object{"session_id": sid})
 }
 
 func toAny(ss []string) []any {
@@ -119,6 +121,39 @@ func (s *server) addSessionTools(srv *mcp.Server, sc schemas) {
 		OutputSchema: sc.out[ToolCloseSession],
 		Annotations:  &mcp.ToolAnnotations{Title: "Close a session", DestructiveHint: &yes, OpenWorldHint: &no},
 	}, s.handle(ToolCloseSession, s.closeSession))
+	srv.AddTool(&mcp.Tool{
+		Name: ToolPauseSession, Title: "Pause a session",
+		Description: "Pause the session while you think for a long time: its workspace and state go to the worker's store and the worker is freed. " +
+			"Any later call (run_in_session, write_file, read_file, close_session) resumes it, files as they were; its deadline keeps running. " +
+			"A session also pauses by itself after its spec's session.pause_after (default 2m) without a call.",
+		InputSchema:  sc.pauseSession,
+		OutputSchema: sc.out[ToolPauseSession],
+		Annotations:  &mcp.ToolAnnotations{Title: "Pause a session", DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no},
+	}, s.handle(ToolPauseSession, s.pauseSession))
+}
+
+// pausedOut is pause_session's answer.
+type pausedOut struct {
+	SessionID string    `json:"session_id"`
+	State     string    `json:"state"`
+	ExpiresAt time.Time `json:"expires_at"`
+	IdleUntil time.Time `json:"idle_until"`
+}
+
+func (s *server) pauseSession(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
+	var id string
+	if err := decodeArgs(req.Params.Arguments, arg{"session_id", &id}); err != nil {
+		return nil, err
+	}
+	sess, err := s.ownSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	a, err := sess.Pause(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pausedOut{SessionID: id, State: a.State, ExpiresAt: a.ExpiresAt, IdleUntil: a.IdleUntil}, nil
 }
 
 // sessionOut is open_session's answer.

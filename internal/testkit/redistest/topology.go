@@ -48,7 +48,7 @@ var ACLCommands = []string{
 	"+eval", "+evalsha",
 	"+get", "+getrange", "+set", "+setex", "+incr", "+del", "+exists", "+expire", "+expireat", "+pexpire", "+ttl", "+pttl",
 	"+hset", "+hget", "+hgetall", "+hmget", "+hdel", "+hscan",
-	"+lpush", "+rpush", "+lpop", "+lrange", "+llen", "+lrem", "+rpoplpush", "+lmove",
+	"+lpush", "+rpush", "+lpop", "+blpop", "+lrange", "+llen", "+lrem", "+rpoplpush", "+lmove",
 	"+sadd", "+srem", "+smembers", "+sismember", "+scard",
 	"+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zrevrange", "+zremrangebyscore", "+zcard", "+zscore",
 	"+xadd", "+xread", "+xrange", "+xrevrange",
