@@ -155,7 +155,13 @@ func (s *Session) call(ctx context.Context, c session.Call, bound time.Duration)
 // Run runs one step in the session's workspace and returns its record
 // entry (exit code, verdict, kept stdout and stderr, timings). A step that
 // fails does not end the session: the caller decides what comes next.
-func (s *Session) Run(ctx context.Context, st tasks.Step) (*record.Step, error) {
+//
+// With OnOutput, the step's output reaches f while it runs (secrets
+// redacted, what the record keeps), and all of it before Run returns.
+func (s *Session) Run(ctx context.Context, st tasks.Step, opts ...FollowOption) (*record.Step, error) {
+	if o := followOpts(opts); o.onOutput != nil {
+		defer s.c.followOutput(ctx, s.id, o.onOutput)()
+	}
 	bound := s.timeout
 	if st.Timeout > 0 {
 		bound = time.Duration(st.Timeout)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlock-run/airlock/live"
 	"time"
 
 	"github.com/airlock-run/airlock/events"
@@ -40,6 +41,14 @@ func (c *Client) Wait(ctx context.Context, queue, taskID string) (*record.Run, e
 		return nil, fmt.Errorf("airlock: waiting for task %s in queue %q: %w", taskID, queue, err)
 	}
 	return c.waitFrom(ctx, queue, taskID, from)
+}
+
+// WaitOutput is Wait with the steps' output reaching f while they run
+// (package live: what the record keeps, secrets redacted, in order, each
+// piece once), and all of it before it returns.
+func (c *Client) WaitOutput(ctx context.Context, queue, taskID string, f func(live.Output)) (*record.Run, error) {
+	defer c.followOutput(ctx, taskID, f)()
+	return c.Wait(ctx, queue, taskID)
 }
 
 // waitFrom is Wait with the events followed from position from, taken by

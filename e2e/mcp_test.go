@@ -60,13 +60,19 @@ const cannotApprove = "waiting for a human approver; an agent cannot approve"
 // SDK's CommandTransport, against the bundle's Redis and queue.
 func mcpStdio(t *testing.T, b *bundle, extra ...string) *mcp.ClientSession {
 	t.Helper()
+	return mcpStdioOpts(t, b, nil, extra...)
+}
+
+// mcpStdioOpts is mcpStdio with the client's options.
+func mcpStdioOpts(t *testing.T, b *bundle, opts *mcp.ClientOptions, extra ...string) *mcp.ClientSession {
+	t.Helper()
 	cmd := exec.Command(buildMCP(t), append([]string{"-redis", b.url, "-queue", b.queue, "-max-wait", "2m"}, extra...)...)
 	logs := &lockedBuffer{}
 	cmd.Stderr = logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client := mcp.NewClient(&mcp.Implementation{Name: "airlock-e2e", Version: "1"}, nil)
+	client := mcp.NewClient(&mcp.Implementation{Name: "airlock-e2e", Version: "1"}, opts)
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		t.Fatalf("connect over stdio: %v\n%s", err, logs.String())

@@ -302,10 +302,18 @@ func (c *Conn) Bells(ctx context.Context, worker string, wait time.Duration) ([]
 	return append(ids, more...), nil
 }
 
-// Take pops the next call of session id: nil, nil when none waits. Each
+// take pops the next call of a session held open by worker ARGV[1].
+var take = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'state', 'worker')
+if v[1] ~= 'open' or v[2] ~= ARGV[1] then return false end
+return redis.call('LPOP', KEYS[2])`)
+
+// Take pops the next call of session id for its holder worker: nil, nil
+// when none waits, or when worker no longer holds it open (a holder cut
+// off from Redis takes nothing once another took the session over). Each
 // call is popped once: a call is never served twice.
-func (c *Conn) Take(ctx context.Context, id string) (*Call, error) {
-	b, err := c.rdb.LPop(ctx, c.callsKey(id)).Bytes()
+func (c *Conn) Take(ctx context.Context, id, worker string) (*Call, error) {
+	b, err := take.Run(ctx, c.rdb, []string{c.stateKey(id), c.callsKey(id)}, worker).Text()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -313,15 +321,10 @@ func (c *Conn) Take(ctx context.Context, id string) (*Call, error) {
 		return nil, err
 	}
 	var call Call
-	if err := json.Unmarshal(b, &call); err != nil {
+	if err := json.Unmarshal([]byte(b), &call); err != nil {
 		return &Call{Op: "invalid"}, nil
 	}
 	return &call, nil
-}
-
-// AwaitOpen waits up to wait for the worker's answer to the open.
-func (c *Conn) AwaitOpen(ctx context.Context, id string, wait time.Duration) (*Answer, error) {
-	return c.await(ctx, id, "open", nil, wait)
 }
 
 // Answer sends the answer to call callID of session id; it stays
@@ -376,4 +379,9 @@ func bounded(why string) string {
 		cut--
 	}
 	return why[:cut] + "…"
+}
+
+// AwaitOpen waits up to wait for the worker's answer to the open.
+func (c *Conn) AwaitOpen(ctx context.Context, id string, wait time.Duration) (*Answer, error) {
+	return c.await(ctx, id, "open", nil, wait)
 }

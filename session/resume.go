@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,12 +42,15 @@ type Held struct {
 	Resumed    bool
 	Checkpoint string
 	ExpiresAt  time.Time
+	// IdleUntil is when it expires without a call, as its last answer
+	// said (zero when unknown).
+	IdleUntil time.Time
 }
 
 // hold takes a session for worker: an opening one (the first time), a
 // paused one, or an open one whose holder ARGV[5] is known dead.
 var hold = redis.NewScript(`
-local v = redis.call('HMGET', KEYS[1], 'queue', 'state', 'worker', 'ckpt', 'expires_at')
+local v = redis.call('HMGET', KEYS[1], 'queue', 'state', 'worker', 'ckpt', 'expires_at', 'idle_until')
 if not v[1] then return {''} end
 if v[1] ~= ARGV[1] then return {'queue', v[1]} end
 local st = v[2]
@@ -57,7 +61,7 @@ if st == 'opening' then
 end
 if st == 'paused' or (st == 'open' and ARGV[5] ~= '' and v[3] == ARGV[5]) then
   redis.call('HSET', KEYS[1], 'state', 'open', 'worker', ARGV[2], 'seen_at', ARGV[4])
-  return {'resumed', v[4] or '', v[5] or ''}
+  return {'resumed', v[4] or '', v[5] or '', v[6] or ''}
 end
 return {st or '', v[3] or ''}`)
 
@@ -82,7 +86,7 @@ func (c *Conn) Hold(ctx context.Context, id, queue, worker string, expires time.
 	case "held":
 		return Held{}, nil
 	case "resumed":
-		return Held{Resumed: true, Checkpoint: res[1], ExpiresAt: micros(res[2])}, nil
+		return Held{Resumed: true, Checkpoint: res[1], ExpiresAt: micros(res[2]), IdleUntil: micros(res[3])}, nil
 	case "":
 		return Held{}, fmt.Errorf("session %s was never opened (no state in Redis): a session is opened through Client.OpenSession or POST /v1/sessions", id)
 	case "queue":
@@ -99,6 +103,7 @@ var commit = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'state', 'worker')
 if v[1] ~= 'open' or v[2] ~= ARGV[1] then return 0 end
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'ckpt', ARGV[3]) end
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'idle_until', ARGV[6]) end
 if ARGV[5] == '1' then redis.call('HSET', KEYS[1], 'state', 'paused', 'worker', '') end
 redis.call('RPUSH', KEYS[2], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
@@ -122,7 +127,11 @@ func (c *Conn) Commit(ctx context.Context, id, worker, callID, checkpoint string
 	if pause {
 		p = "1"
 	}
-	n, err := commit.Run(ctx, c.rdb, []string{c.stateKey(id), c.answerKey(id, callID)}, worker, b, checkpoint, int(AnswerTTL/time.Second), p).Int()
+	idle := ""
+	if !a.IdleUntil.IsZero() {
+		idle = strconv.FormatInt(a.IdleUntil.UnixMicro(), 10)
+	}
+	n, err := commit.Run(ctx, c.rdb, []string{c.stateKey(id), c.answerKey(id, callID)}, worker, b, checkpoint, int(AnswerTTL/time.Second), p, idle).Int()
 	if err != nil {
 		return err
 	}
@@ -238,6 +247,13 @@ func (c *Conn) reclaim(ctx context.Context, queue, id string) {
 	if n, err := reclaim.Run(ctx, c.rdb, keys, id, time.Now().Unix()).Int(); err == nil && n > 0 {
 		_ = wake.Notify(ctx, c.rdb, c.prefix, queue)
 	}
+}
+
+// Holds reports whether worker holds session id (false when Redis does
+// not say: a worker that cannot tell ends nothing of it).
+func (c *Conn) Holds(ctx context.Context, id, worker string) bool {
+	w, err := c.rdb.HGet(ctx, c.stateKey(id), "worker").Result()
+	return err == nil && w == worker
 }
 
 // IsAlive reports whether worker beat within DeadAfter (true when Redis

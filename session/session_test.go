@@ -107,9 +107,9 @@ func TestCallsAndEnd(t *testing.T) {
 			err = fmt.Errorf("bells %q, want [s2]", ids)
 		}
 		if err == nil {
-			call, err = c.Take(ctx, "s2")
+			call, err = c.Take(ctx, "s2", "w")
 		}
-		if again, _ := c.Take(ctx, "s2"); again != nil {
+		if again, _ := c.Take(ctx, "s2", "w"); again != nil {
 			err = errors.New("a call taken twice")
 		}
 		if err == nil && (call == nil || string(call.Data) != "hi") {
@@ -173,7 +173,7 @@ func TestDeadHolderNotApplied(t *testing.T) {
 	// The holder takes the call, and dies with it.
 	go func() {
 		for range 50 {
-			if call, _ := c.Take(ctx, "s3"); call != nil {
+			if call, _ := c.Take(ctx, "s3", "gone-worker"); call != nil {
 				return
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -200,7 +200,7 @@ func TestDeadHolderNotApplied(t *testing.T) {
 		}
 		_ = c.Alive(ctx, "next-worker")
 		for range 100 {
-			if call, _ := c.Take(ctx, "s3"); call != nil {
+			if call, _ := c.Take(ctx, "s3", "next-worker"); call != nil {
 				_ = c.Commit(ctx, "s3", "next-worker", call.ID, "", &session.Answer{Status: http.StatusOK}, false)
 				return
 			}

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
-	"os"
 	"slices"
 	"syscall"
 	"time"
@@ -97,12 +96,12 @@ func (w *Worker) holdSession(ctx context.Context, j *job) (*heldSession, outcome
 		h.resumedHold = true
 		h.ckpt, h.committed, h.answered = held.Checkpoint, held.Checkpoint, held.Checkpoint != ""
 		if h.ckpt != "" {
-			if h.resumed, err = w.readCheckpointMeta(rec.TaskID, h.ckpt); err == nil {
-				h.seq = h.resumed.Seq
-				fi, _ := os.Stat(w.checkpointFile(rec.TaskID, h.seq))
-				if fi != nil {
-					h.archived = fi.Size()
-					w.sessionBytes.Add(h.archived)
+			var size int64
+			if h.resumed, size, err = w.readCheckpointMeta(rec.TaskID, h.ckpt); err == nil {
+				h.seq, h.archived = h.resumed.Seq, size
+				w.sessionBytes.Add(size)
+				if held.IdleUntil.After(h.resumed.IdleUntil) {
+					h.resumed.IdleUntil = held.IdleUntil // a call since (a pause, a resume) moved it
 				}
 			} else {
 				w.log.Error().Err(err).Str("task_id", rec.TaskID).Msg("resume a session")
@@ -126,14 +125,14 @@ func (w *Worker) endSession(ctx context.Context, rec *record.Run, h *heldSession
 	w.sessionsHeld.Add(-1)
 	w.sessionBytes.Add(-h.archived - h.pendingSize)
 	if h.pending != "" {
-		w.removeCheckpoint(rec.TaskID, h.seq) // written, never committed
+		w.removeCheckpoint(rec.TaskID, h.pending) // written, never committed
 	}
-	if h.paused || h.lost {
-		return // its checkpoint and state go on, for the next holder
+	if h.paused || h.lost || !w.sessions.Holds(ctx, rec.TaskID, w.holder) {
+		// Its checkpoint and state go on, for the next holder (or the
+		// one that took it over while this worker was cut off).
+		return
 	}
-	if seq, _, err := parseCheckpoint(h.committed); err == nil {
-		w.removeCheckpoint(rec.TaskID, seq)
-	}
+	w.removeCheckpoint(rec.TaskID, h.committed)
 	ctx = context.WithoutCancel(ctx)
 	end := rec.State
 	if !record.Final(end) && end != record.StateParked && end != record.StateAccepted {

@@ -139,7 +139,7 @@ func (w *Worker) serveBells(ctx context.Context, first chan struct{}) {
 func (w *Worker) nextCall(ctx context.Context, j *job, until time.Time) (*session.Call, error) {
 	id := j.rec.TaskID
 	for {
-		call, err := w.sessions.Take(ctx, id)
+		call, err := w.sessions.Take(ctx, id, w.holder)
 		if err != nil || call != nil {
 			return call, err
 		}
@@ -196,7 +196,7 @@ func (sv *sessionServer) park(idleUntil time.Time) error {
 		return nil
 	}
 	if h.pending != "" { // written, never committed (its answer failed)
-		w.removeCheckpoint(rec.TaskID, h.seq)
+		w.removeCheckpoint(rec.TaskID, h.pending)
 		w.sessionBytes.Add(-h.pendingSize)
 		h.pending, h.pendingSize = "", 0
 	}
@@ -249,9 +249,7 @@ func (sv *sessionServer) commit(callID string, a *session.Answer, idleUntil time
 		return nil
 	}
 	if h.pending != "" {
-		if seq, _, err := parseCheckpoint(h.committed); err == nil {
-			w.removeCheckpoint(rec.TaskID, seq)
-		}
+		w.removeCheckpoint(rec.TaskID, h.committed)
 		w.sessionBytes.Add(-h.archived)
 		h.committed, h.archived = h.pending, h.pendingSize
 		h.pending, h.pendingSize = "", 0
@@ -333,8 +331,15 @@ func (sv *sessionServer) serve(ctx context.Context, call *session.Call, idleUnti
 		// Parked before the answer, committed with it: the next call
 		// finds the workspace as this one left it, on whichever slot.
 		if err := sv.park(idleUntil); err != nil {
-			_ = sv.answer(call.ID, &session.Answer{Status: http.StatusInternalServerError, Error: "the session's workspace could not be parked: " + err.Error(), State: session.StateEnded, End: record.StateFailed}, idleUntil)
-			return true, err
+			// Not kept, so not applied: the session goes on as its last
+			// answered call left it (a full -max-session-bytes, another
+			// tenant's doing, ends no session).
+			w.stand(j)
+			if a.Step != nil {
+				sv.r.records = sv.r.records[:len(sv.r.records)-1]
+			}
+			msg := "the call was not applied: its workspace could not be kept (" + err.Error() + "); the session goes on as its last call left it"
+			return false, sv.answer(call.ID, &session.Answer{Status: http.StatusInsufficientStorage, Error: msg}, idleUntil)
 		}
 	}
 	if err := sv.answer(call.ID, a, idleUntil); err != nil {

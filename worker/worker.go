@@ -35,6 +35,7 @@ import (
 	"github.com/airlock-run/airlock/internal/redis/wake"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/internal/tracing"
+	"github.com/airlock-run/airlock/live"
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
@@ -83,6 +84,8 @@ type Worker struct {
 	// sessionBytes is what their parked workspaces hold together.
 	bells        bells
 	sessionBytes atomic.Int64
+	// live carries steps' output to their listeners (live.go).
+	live *live.Conn
 	// holder names the worker as the holder of its sessions.
 	holder string
 	// gate lets asynq take a task only for a free slot (gate.go).
@@ -173,6 +176,7 @@ func New(cfg Config) (*Worker, error) {
 		TracerProvider:           cfg.TracerProvider}))
 	w.completer = newCompleter(&w.cfg, w.log)
 	w.sessions = session.NewConn(w.cfg.Redis, w.cfg.Prefix)
+	w.live = live.NewConn(w.cfg.Redis, w.cfg.Prefix)
 	w.asynq = asynq.NewClientFromRedisClient(cfg.Redis)
 	return w, nil
 }
@@ -203,7 +207,7 @@ func (w *Worker) confine() error {
 	w.ws = mgr
 	// The sessions' checkpoints: kept across workers (a session resumes
 	// from them), swept once older than any session lives.
-	if err := os.MkdirAll(cfg.SessionStore, 0o700); err != nil {
+	if err := openStore(cfg.SessionStore); err != nil {
 		return fmt.Errorf("worker: session store: %w", err)
 	}
 	w.sweepCheckpoints(24*time.Hour + time.Duration(cfg.Policy.MaxTimeout))

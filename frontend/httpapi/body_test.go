@@ -59,7 +59,7 @@ func (e *env) openFake(answer bool) *fakeSession {
 			if _, err := conn.Bells(sctx, "fake", time.Second); err != nil {
 				continue
 			}
-			c, err := conn.Take(sctx, id) // the call the bell rang for
+			c, err := conn.Take(sctx, id, "fake") // the call the bell rang for
 			if err != nil || c == nil {
 				continue
 			}

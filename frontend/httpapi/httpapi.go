@@ -38,6 +38,7 @@ import (
 	"github.com/airlock-run/airlock/events"
 	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/internal/tracing"
+	"github.com/airlock-run/airlock/live"
 	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -110,6 +111,7 @@ type Handler struct {
 	tracer     trace.Tracer
 	bodies     *shares       // bytes of request bodies in flight (body.go)
 	sessions   *session.Conn // a call's room, before its body is read
+	live       *live.Conn    // steps' output while they run (sse.go)
 	prefix     string        // Options.Prefix
 	waiters    *shares       // long polls, event streams and session calls open (waiters.go)
 	calls      sessionCalls  // calls with a body in progress per session (sessioncall.go)
@@ -162,6 +164,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Handler, error) {
 		tracer:     tracing.Tracer(opts.TracerProvider),
 		bodies:     newBodies(opts.MaxBodyBytesInFlight, int64(max(opts.MaxPayload, session.MaxFileBytes))),
 		sessions:   session.NewConn(rdb, opts.Prefix),
+		live:       live.NewConn(rdb, opts.Prefix),
 		prefix:     opts.Prefix,
 		waiters:    newWaiters(opts.MaxWaiters),
 	}

@@ -78,8 +78,9 @@ const (
 	ProblemNoRoom       = "urn:airlock:problem:no-room"       // 429: no worker had room for a session (Retry-After)
 	ProblemQuota        = "urn:airlock:problem:quota"         // 429: the caller's quota refused the call (quota, limit; Retry-After)
 	ProblemNoAnswer     = "urn:airlock:problem:no-answer"     // 504: the worker holding the session did not answer in time
-	// ProblemNotApplied: 503, the worker holding the session died during
-	// the call, which was not applied; send it again.
+	// ProblemNotApplied: the call was not applied: 503, the worker
+	// holding the session died during it (send it again); 507, its
+	// workspace could not be kept (the workers' session store is full).
 	ProblemNotApplied = "urn:airlock:problem:not-applied"
 )
 

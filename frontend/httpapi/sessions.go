@@ -109,6 +109,8 @@ func (h *Handler) sessionError(w http.ResponseWriter, r *http.Request, err error
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(se.RetryAfter.Seconds()))))
 	case http.StatusGatewayTimeout:
 		p.Type = ProblemNoAnswer
+	case http.StatusInsufficientStorage:
+		p.Type = ProblemNotApplied
 	case http.StatusServiceUnavailable:
 		p.Type = ProblemNotApplied
 		w.Header().Set("Retry-After", "1")

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/live"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -95,7 +97,10 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 	last := rec.State
 	approvalID := rec.ApprovalID
 	var werr error
+	var mu sync.Mutex // send is called from the output's goroutine too
 	send := func(name, id string, data any) {
+		mu.Lock()
+		defer mu.Unlock()
 		if werr != nil {
 			return
 		}
@@ -122,6 +127,8 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 		end("final")
 		return
 	}
+	stopOutput := h.followOutput(ctx, r, taskID, func(o live.Output) { send("output", o.Seq, o) })
+	defer stopOutput()
 	nextPing := time.Now().Add(h.keepAlive)
 	// reread looks at the run again (a lost event, asynq's own states):
 	// at least once a second, from Follow's tick.
@@ -137,6 +144,7 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 			last = cur.State
 			send("state", "", snapshot(cur))
 		}
+		mu.Lock()
 		if time.Now().After(nextPing) && werr == nil {
 			_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
 			if _, werr = fmt.Fprint(w, ": keep-alive\n\n"); werr == nil {
@@ -144,6 +152,7 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			nextPing = time.Now().Add(h.keepAlive)
 		}
+		mu.Unlock()
 		return record.Final(last) || werr != nil, nil
 	}
 	err = h.events.Follow(ctx, from, time.Second, reread, func(e events.Event) (bool, error) {
@@ -164,6 +173,7 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		return record.Final(last) || werr != nil, nil
 	})
+	stopOutput() // what the steps printed comes before the end
 	switch {
 	case werr != nil || r.Context().Err() != nil:
 		// The client went away: nothing more to say.
@@ -176,5 +186,57 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.log.Warn().Str("task_id", taskID).Err(err).Msg("event stream")
 		end("error")
+	}
+}
+
+// followOutput sends run taskID's step output as it comes (package live),
+// each piece an "output" event whose id is its position: a client that
+// reconnects with that id as Last-Event-ID resumes after it, missing
+// nothing and seeing nothing twice; otherwise the output starts now. The
+// returned stop ends it once what came before it was sent; it may be
+// called twice.
+func (h *Handler) followOutput(ctx context.Context, r *http.Request, taskID string, send func(live.Output)) (stop func()) {
+	from := r.Header.Get("Last-Event-ID")
+	if !live.ValidSeq(from) {
+		var err error
+		if from, err = h.live.Last(ctx, taskID); err != nil {
+			from = "0-0"
+		}
+	}
+	_ = h.live.Listen(ctx, taskID)
+	octx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	deliver := func(outs []live.Output) {
+		for _, o := range outs {
+			send(o)
+			from = o.Seq
+		}
+	}
+	go func() {
+		defer close(done)
+		renew := time.Now().Add(live.ListenTTL / 3)
+		for octx.Err() == nil {
+			outs, err := h.live.Read(octx, taskID, from, 200*time.Millisecond, 256)
+			if err != nil && octx.Err() == nil {
+				time.Sleep(200 * time.Millisecond)
+			}
+			deliver(outs)
+			if time.Now().After(renew) {
+				_ = h.live.Listen(octx, taskID)
+				renew = time.Now().Add(live.ListenTTL / 3)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			if ctx.Err() == nil {
+				if outs, err := h.live.Read(ctx, taskID, from, 0, 4096); err == nil {
+					deliver(outs)
+				}
+			}
+		})
 	}
 }

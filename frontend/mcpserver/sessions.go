@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/live"
 	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
 )
@@ -249,7 +250,23 @@ func (s *server) runInSession(ctx context.Context, req *mcp.CallToolRequest) (an
 	if err != nil {
 		return nil, err
 	}
-	rs, err := sess.Run(ctx, st)
+	var opts []airlock.FollowOption
+	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+		// The caller asked for progress: the step's output, as it comes,
+		// is its progress notifications' messages (package live).
+		n := 0.0
+		opts = append(opts, airlock.OnOutput(func(o live.Output) {
+			n++
+			msg := o.Data
+			if o.Encoding != "" {
+				msg = o.Stream + " (" + o.Encoding + "): " + o.Data
+			} else if o.Stream == "stderr" {
+				msg = "stderr: " + o.Data
+			}
+			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: n, Message: msg})
+		}))
+	}
+	rs, err := sess.Run(ctx, st, opts...)
 	if err != nil {
 		return nil, lineError(err, isLine(run))
 	}

@@ -201,3 +201,34 @@ func (s *Set) RedactBytes(b []byte) ([]byte, []string) {
 	slices.Sort(found)
 	return b, found
 }
+
+// Longest is the length of the longest form of the set's values (0 for
+// an empty set): a stream cut anywhere holds back one byte less than it,
+// so that a value it holds is whole when redacted.
+func (s *Set) Longest() int {
+	if s.Empty() {
+		return 0
+	}
+	return len(s.forms[0])
+}
+
+// Straddle returns cut moved back to the start of any form of a value
+// that b holds whole across it (a value that begins before cut and ends
+// after it), so that b[:cut] and b[cut:] can be redacted apart.
+func (s *Set) Straddle(b []byte, cut int) int {
+	if s.Empty() || cut <= 0 {
+		return cut
+	}
+	for moved := true; moved; {
+		moved = false
+		for _, f := range s.forms {
+			for i := max(cut-len(f)+1, 0); i < cut; i++ {
+				if bytes.HasPrefix(b[i:], f) && i+len(f) > cut {
+					cut, moved = i, true
+					break
+				}
+			}
+		}
+	}
+	return cut
+}

@@ -118,9 +118,9 @@ func (t *outputTotal) finish() {
 // character boundary when the stream was cut in the middle of a UTF-8
 // character and the rest is valid UTF-8: text stays text in the record.
 // It holds no more memory than what it keeps (and one read buffer).
-func capture(r *os.File, max int64, keep *KeepBudget, total *outputTotal) Capture {
+func capture(r *os.File, max int64, keep *KeepBudget, total *outputTotal, live func([]byte)) Capture {
 	defer r.Close()
-	var c Capture
+	c := Capture{live: live}
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := r.Read(buf[:total.room(len(buf))])
@@ -167,6 +167,9 @@ func (c *Capture) keep(p []byte, limit int64, b *KeepBudget) {
 		c.Data = d
 	}
 	c.Data = append(c.Data, p[:k]...)
+	if c.live != nil {
+		c.live(c.Data[len(c.Data)-int(k):])
+	}
 }
 
 // partialRune is how many bytes at the end of b are the start of a

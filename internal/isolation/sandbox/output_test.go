@@ -44,7 +44,7 @@ func TestCaptureCutsOnACharacter(t *testing.T) {
 			if !utf8.ValidString(text[:n]) {
 				before++ // what the record used to keep: base64
 			}
-			c := capture(feed(t, []byte(text)), int64(n), nil, nil)
+			c := capture(feed(t, []byte(text)), int64(n), nil, nil, nil)
 			if !c.Truncated || c.Total != int64(len(text)) {
 				t.Fatalf("%s cut at %d: truncated %v, total %d, want true, %d", name, n, c.Truncated, c.Total, len(text))
 			}
@@ -78,11 +78,11 @@ func TestCaptureCutsOnACharacter(t *testing.T) {
 // bytes, complete or not.
 func TestCaptureKeepsBinaryWhole(t *testing.T) {
 	bin := []byte{0xff, 'a', 'b', 0xe3, 0x81, 0x82, 0xe3, 0x81}
-	if c := capture(feed(t, bin), 7, nil, nil); len(c.Data) != 7 || !c.Truncated {
+	if c := capture(feed(t, bin), 7, nil, nil, nil); len(c.Data) != 7 || !c.Truncated {
 		t.Errorf("binary cut at 7: kept %x, truncated %v", c.Data, c.Truncated)
 	}
 	half := []byte("abc\xe3\x81")
-	if c := capture(feed(t, half), 64, nil, nil); !bytes.Equal(c.Data, half) || c.Truncated {
+	if c := capture(feed(t, half), 64, nil, nil, nil); !bytes.Equal(c.Data, half) || c.Truncated {
 		t.Errorf("whole stream ending mid-character: kept %x, truncated %v", c.Data, c.Truncated)
 	}
 }
@@ -97,8 +97,8 @@ func TestKeepBudget(t *testing.T) {
 	var out, errc Capture
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); out = capture(feed(t, data), 4<<20, b, nil) }()
-	go func() { defer wg.Done(); errc = capture(feed(t, data), 4<<20, b, nil) }()
+	go func() { defer wg.Done(); out = capture(feed(t, data), 4<<20, b, nil, nil) }()
+	go func() { defer wg.Done(); errc = capture(feed(t, data), 4<<20, b, nil, nil) }()
 	wg.Wait()
 	if kept := len(out.Data) + len(errc.Data); kept != 100<<10 || b.Left() != 0 {
 		t.Errorf("kept %d bytes of a 100 KiB budget, %d left", kept, b.Left())
@@ -111,16 +111,16 @@ func TestKeepBudget(t *testing.T) {
 			t.Errorf("a capture holds %d bytes to keep %d", cap(c.Data), len(c.Data))
 		}
 	}
-	if c := capture(feed(t, data), 4<<20, b, nil); len(c.Data) != 0 || c.Total != 1<<20 || !c.Truncated {
+	if c := capture(feed(t, data), 4<<20, b, nil, nil); len(c.Data) != 0 || c.Total != 1<<20 || !c.Truncated {
 		t.Errorf("after the budget: kept %d, counted %d", len(c.Data), c.Total)
 	}
 
 	b = NewKeepBudget(10)
-	c := capture(feed(t, []byte("ab")), 1, b, nil)
+	c := capture(feed(t, []byte("ab")), 1, b, nil, nil)
 	if string(c.Data) != "a" || b.Left() != 9 {
 		t.Errorf("the stream's cap: kept %q, budget left %d", c.Data, b.Left())
 	}
-	c = capture(feed(t, []byte("abcdefgh\xc3\xa9")), 64, b, nil) // the budget cuts é
+	c = capture(feed(t, []byte("abcdefgh\xc3\xa9")), 64, b, nil, nil) // the budget cuts é
 	if string(c.Data) != "abcdefgh" || b.Left() != 0 || !c.Truncated || c.Total != 10 {
 		t.Errorf("budget cut in a character: kept %q, left %d, %+v", c.Data, b.Left(), c)
 	}
@@ -133,7 +133,7 @@ func TestKeepBudget(t *testing.T) {
 // cap, whatever the step writes.
 func TestCaptureMemoryIsWhatItKeeps(t *testing.T) {
 	for _, limit := range []int64{1, 4095, 4096, 100000, 1 << 20} {
-		c := capture(feed(t, bytes.Repeat([]byte("y\n"), 1<<20)), limit, nil, nil)
+		c := capture(feed(t, bytes.Repeat([]byte("y\n"), 1<<20)), limit, nil, nil, nil)
 		if int64(len(c.Data)) != limit || int64(cap(c.Data)) != limit {
 			t.Errorf("cap %d: kept %d in a buffer of %d", limit, len(c.Data), cap(c.Data))
 		}

@@ -94,6 +94,11 @@ type Step struct {
 	// workspace, clean and without ".." (tasks.CheckPath); "": the
 	// workspace itself.
 	Dir string
+	// Live, when set, is given every byte the step's captures keep, as
+	// they read it (stream Stdout or Stderr; p is only valid during the
+	// call), from the capture's goroutine: what the record will keep,
+	// while the step runs.
+	Live func(stream int, p []byte)
 	// Keep, when set, is the run's budget of kept output: every byte
 	// kept of stdout or stderr is taken from it, on top of the cap of
 	// Limits.Output per stream; nil means no budget but that cap.
@@ -133,12 +138,19 @@ type Result struct {
 	Stderr              Capture
 }
 
+// Streams of a step, for Step.Live.
+const (
+	Stdout = 1
+	Stderr = 2
+)
+
 // Capture is one output stream: the first bytes up to the cap, and how many
 // the step wrote in all (up to the kill, past Limits.OutputTotal).
 type Capture struct {
 	Data      []byte
 	Total     int64
 	Truncated bool
+	live      func([]byte) // Step.Live of this stream, while it is read
 }
 
 // NewSlot starts a slot's helper.
@@ -290,8 +302,13 @@ func (s *Slot) Run(ctx context.Context, st Step) (Result, error) {
 	var outC, errC Capture
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); outC = capture(outR, cap, st.Keep, total) }()
-	go func() { defer wg.Done(); errC = capture(errR, cap, st.Keep, total) }()
+	var liveOut, liveErr func([]byte)
+	if st.Live != nil {
+		liveOut = func(p []byte) { st.Live(Stdout, p) }
+		liveErr = func(p []byte) { st.Live(Stderr, p) }
+	}
+	go func() { defer wg.Done(); outC = capture(outR, cap, st.Keep, total, liveOut) }()
+	go func() { defer wg.Done(); errC = capture(errR, cap, st.Keep, total, liveErr) }()
 	err = writeMsg(s.conn, request{Op: "run", Run: req}, []int{int(stdin.Fd()), int(outW.Fd()), int(errW.Fd())})
 	outW.Close()
 	errW.Close()
