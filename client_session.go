@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -195,6 +196,39 @@ func (s *Session) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	}
 	return a.Data, nil
 }
+
+// Upload writes r to path in the session's workspace, replacing what is
+// there, streamed in chunks of session.ChunkBytes (no file is ever whole
+// in the client, Redis or the worker): any size the workspace's quota
+// takes (413 past it). It returns the bytes written.
+func (s *Session) Upload(ctx context.Context, path string, r io.Reader) (int64, error) {
+	if err := tasks.CheckPath("path", path); err != nil {
+		return 0, err
+	}
+	a, err := s.conn.Upload(ctx, s.id, session.Call{ID: uuid.NewString(), Op: session.OpUpload, Path: path, Xfer: uuid.NewString()}, r, maxTransfer, callGrace+session.ChunkWait)
+	if err != nil {
+		return 0, err
+	}
+	return a.Size, nil
+}
+
+// Download copies the regular file path of the session's workspace to w,
+// streamed in chunks (secrets' values redacted; a link is never
+// followed), whatever its size. It returns the file's size.
+func (s *Session) Download(ctx context.Context, path string, w io.Writer) (int64, error) {
+	if err := tasks.CheckPath("path", path); err != nil {
+		return 0, err
+	}
+	a, err := s.conn.Download(ctx, s.id, session.Call{ID: uuid.NewString(), Op: session.OpDownload, Path: path, Xfer: uuid.NewString()}, callGrace,
+		func(*session.Answer) (io.Writer, error) { return w, nil })
+	if err != nil {
+		return 0, err
+	}
+	return a.Size, nil
+}
+
+// maxTransfer bounds an upload: the workspace's quota bounds it first.
+const maxTransfer = 1 << 40
 
 // Pause parks the session: its workspace and state go to the workers'
 // session store and its worker is freed (a session also pauses by itself

@@ -240,7 +240,7 @@ func TestMCPTools(t *testing.T) {
 				t.Errorf("tool %s takes %q: an agent could decide an approval with it", tool.Name, p)
 			}
 		}
-		writes := []string{"run_action", "cancel_run", "open_session", "run_in_session", "write_file", "close_session"}
+		writes := []string{"run_action", "cancel_run", "open_session", "run_in_session", "write_file", "close_session", "pause_session"}
 		if !slices.Contains(writes, tool.Name) && (tool.Annotations == nil || !tool.Annotations.ReadOnlyHint) {
 			t.Errorf("%s is not marked read-only", tool.Name)
 		}

@@ -6,7 +6,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -220,4 +225,79 @@ func TestSessionSurvivesKill(t *testing.T) {
 	if strings.Join(names, ",") != "one,next" {
 		t.Errorf("the record's steps %v: want one,next (the lost step was not applied, nothing ran twice)", names)
 	}
+}
+
+// TestSessionBigFiles: a 64 MiB file goes into a session and comes back
+// through the HTTP API, streamed: the API's peak RSS stays under 100 MB.
+func TestSessionBigFiles(t *testing.T) {
+	b := setup(t)
+	base, proc := startAPIProc(t, b)
+	api := &apiClient{t: t, base: base, c: &http.Client{}}
+	var opened struct {
+		SessionID string `json:"session_id"`
+	}
+	api.json("POST", "/v1/sessions", apiAgent, map[string]any{"version": 1, "queue": b.queue, "timeout": "5m",
+		"session": map[string]any{}, "limits": map[string]any{"workspace": "200MiB"}}, 201, &opened)
+	id := opened.SessionID
+	const size = 64 << 20
+	seed := make([]byte, 1<<20)
+	_, _ = rand.Read(seed)
+	body := func() io.Reader { return io.LimitReader(&repeat{b: seed}, size) }
+	want := sha256.New()
+	_, _ = io.Copy(want, body())
+	// Unknown length (chunked): streamed.
+	req, _ := http.NewRequest("PUT", base+"/v1/sessions/"+id+"/files/in/big.bin", io.NopCloser(body()))
+	req.Header.Set("Authorization", "Bearer "+apiAgent)
+	res, err := api.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(out), `"size":67108864`) {
+		t.Fatalf("upload: %d %s", res.StatusCode, out)
+	}
+	var st record.Step
+	api.json("POST", "/v1/sessions/"+id+"/steps", apiAgent, map[string]any{"run": []string{"sh", "-c", "sha256sum in/big.bin | cut -d' ' -f1"}}, 200, &st)
+	if got := strings.TrimSpace(st.Stdout); got != hex.EncodeToString(want.Sum(nil)) {
+		t.Fatalf("the file in the workspace: sha256 %s, want %x", got, want.Sum(nil))
+	}
+	req, _ = http.NewRequest("GET", base+"/v1/sessions/"+id+"/files/in/big.bin", nil)
+	req.Header.Set("Authorization", "Bearer "+apiAgent)
+	res, err = api.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := sha256.New()
+	n, err := io.Copy(got, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || err != nil || n != size || !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
+		t.Fatalf("download: %d, %d bytes, %v", res.StatusCode, n, err)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", proc.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if kb, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			v, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")))
+			t.Logf("the API's peak RSS after 64 MiB in and out: %d MiB", v>>10)
+			if v > 100<<10 {
+				t.Errorf("the API's peak RSS %d kB, want under 100 MB", v)
+			}
+		}
+	}
+	api.do("DELETE", "/v1/sessions/"+id, apiAgent, nil, nil)
+}
+
+// repeat reads b over and over.
+type repeat struct {
+	b []byte
+	i int
+}
+
+func (r *repeat) Read(p []byte) (int, error) {
+	n := copy(p, r.b[r.i:])
+	r.i = (r.i + n) % len(r.b)
+	return n, nil
 }

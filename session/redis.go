@@ -99,6 +99,16 @@ return {'pushed', v[2] or ''}`)
 // ended) and an answer that does not come in time (504, with the
 // session's state).
 func (c *Conn) Call(ctx context.Context, id string, call Call, wait time.Duration) (*Answer, error) {
+	b, err := c.send(ctx, id, call, wait)
+	if err != nil {
+		return nil, err
+	}
+	return c.await(ctx, id, call.ID, b, wait)
+}
+
+// send sends call to the worker holding session id (or, paused, to its
+// queue), and returns it as sent.
+func (c *Conn) send(ctx context.Context, id string, call Call, wait time.Duration) ([]byte, error) {
 	b, err := encodeCall(call)
 	if err != nil {
 		return nil, err
@@ -122,7 +132,7 @@ func (c *Conn) Call(ctx context.Context, id string, call Call, wait time.Duratio
 	default:
 		return nil, c.notOpen(ctx, id, res[0])
 	}
-	return c.await(ctx, id, call.ID, b, wait)
+	return b, nil
 }
 
 // notOpen is the error of a call to a session in state st.

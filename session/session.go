@@ -41,6 +41,11 @@ const (
 	// OpResume does nothing but bring a paused session back to a worker:
 	// its answer says the session is open.
 	OpResume = "resume"
+	// OpUpload writes one file from the chunks of transfer Call.Xfer,
+	// and OpDownload sends one in chunks (stream.go): files of any size
+	// the workspace holds.
+	OpUpload   = "upload"
+	OpDownload = "download"
 )
 
 // States of a session, in its hash.
@@ -75,6 +80,8 @@ type Call struct {
 	Step *tasks.Step `json:"step,omitempty"`
 	Path string      `json:"path,omitempty"`
 	Data []byte      `json:"data,omitempty"`
+	// Xfer names the chunk list of an upload or download.
+	Xfer string `json:"xfer,omitempty"`
 }
 
 // Answer is the worker's answer to a call (and to the open: ID "open").

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"maps"
 	"math"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -142,6 +143,44 @@ func (w *Workspace) WriteFilesMode(files map[string]string, modes map[string]fs.
 // FIFO) is opened. A directory at rel is not replaced.
 func (w *Workspace) ReplaceFile(rel string, data []byte) (int64, error) {
 	return w.writeOne(rel, bytes.NewReader(data), -1, true)
+}
+
+// ReplaceStream is ReplaceFile from r, 32 KiB at a time, never holding
+// it whole: at most max bytes (max < 0: no bound but the quota).
+func (w *Workspace) ReplaceStream(rel string, r io.Reader, max int64) (int64, error) {
+	return w.writeOne(rel, r, max, true)
+}
+
+// OpenRead opens the regular file rel for a streamed read, as ReadFile
+// checks it (never through a link, owned by the workspace's uid), and
+// returns it with its size then. The caller closes it.
+func (w *Workspace) OpenRead(rel string) (*os.File, int64, error) {
+	if err := checkRel(rel); err != nil {
+		return nil, 0, fmt.Errorf("read: %w", err)
+	}
+	top, err := w.open()
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", rel, err)
+	}
+	defer unix.Close(top)
+	fd, err := openBeneath(top, rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", rel, explain(top, rel, "file", err))
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, 0, fmt.Errorf("read %s: %w", rel, err)
+	}
+	if t := typeName(st.Mode); t != "file" {
+		unix.Close(fd)
+		return nil, 0, fmt.Errorf("read: %w", &TypeError{Path: rel, Type: t, Want: "file"})
+	}
+	if int(st.Uid) != w.uid {
+		unix.Close(fd)
+		return nil, 0, fmt.Errorf("read %s: owned by uid %d, not %d: %w", rel, st.Uid, w.uid, ErrNotOwned)
+	}
+	return os.NewFile(uintptr(fd), rel), st.Size, nil
 }
 
 // ErrStreamTooLarge is returned by WriteStream for a reader that holds more

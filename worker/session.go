@@ -276,9 +276,9 @@ func (w *Worker) serveSession(ctx context.Context, j *job, deadline time.Time) (
 				return r, false, err
 			}
 			continue
-		case session.OpStep, session.OpWrite, session.OpRead:
+		case session.OpStep, session.OpWrite, session.OpRead, session.OpUpload, session.OpDownload:
 		default:
-			if err := sv.answer(call.ID, &session.Answer{Status: http.StatusBadRequest, Field: "op", Error: fmt.Sprintf("%q is not a call (step, write, read, pause, resume, close)", call.Op)}, idleUntil); err != nil {
+			if err := sv.answer(call.ID, &session.Answer{Status: http.StatusBadRequest, Field: "op", Error: fmt.Sprintf("%q is not a call (step, write, read, upload, download, pause, resume, close)", call.Op)}, idleUntil); err != nil {
 				return r, false, err
 			}
 			continue

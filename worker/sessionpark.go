@@ -320,6 +320,14 @@ func (sv *sessionServer) serve(ctx context.Context, call *session.Call, idleUnti
 		}
 	case session.OpWrite:
 		a = writeFile(j.seat.ws, call)
+	case session.OpUpload:
+		a = w.upload(ctx, rec.TaskID, j.seat.ws, call)
+	case session.OpDownload:
+		// Answered first (the file's size), then sent in chunks; the
+		// workspace did not change: nothing to park.
+		err := w.download(ctx, rec.TaskID, j.seat.ws, call, j.secrets, func(a *session.Answer) error { return sv.answer(call.ID, a, idleUntil) })
+		w.stand(j)
+		return err != nil, err
 	case session.OpRead:
 		a = readFile(j.seat.ws, call)
 		// What goes back holds no secret's value, as the record does not.

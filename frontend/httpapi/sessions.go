@@ -183,8 +183,8 @@ func (h *Handler) putSessionFile(w http.ResponseWriter, r *http.Request) {
 	tooLarge := func(max int64) string {
 		return fmt.Sprintf("the file is more than %d bytes, the most one call writes", max)
 	}
-	if r.ContentLength > session.MaxFileBytes {
-		h.fail(w, r, &Problem{Type: ProblemTooLarge, Status: http.StatusRequestEntityTooLarge, Field: "body", Detail: tooLarge(session.MaxFileBytes)})
+	if r.ContentLength > session.MaxFileBytes || r.ContentLength < 0 {
+		h.uploadSessionFile(w, r, s, p)
 		return
 	}
 	done, ok := h.callable(w, r, s)
@@ -212,6 +212,11 @@ func (h *Handler) getSessionFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b, err := s.ReadFile(r.Context(), p)
+	var se *session.Error
+	if errors.As(err, &se) && se.Status == http.StatusRequestEntityTooLarge {
+		h.downloadSessionFile(w, r, s, p) // more than one call reads: streamed
+		return
+	}
 	if err != nil {
 		h.sessionError(w, r, err)
 		return
@@ -222,6 +227,61 @@ func (h *Handler) getSessionFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }
+
+// uploadSessionFile writes a body above session.MaxFileBytes (or of no
+// stated length) to the file, streamed in chunks of session.ChunkBytes:
+// the API holds one chunk of it at a time, counted as one in flight
+// against -max-body-bytes-in-flight; the workspace's quota bounds it.
+func (h *Handler) uploadSessionFile(w http.ResponseWriter, r *http.Request, s *airlock.Session, p string) {
+	token := tokenOf(r).Name
+	if why := h.bodies.take(token, session.ChunkBytes, 0); why != shareOK {
+		w.Header().Set("Retry-After", strconv.Itoa(int(bodyRetryAfter/time.Second)))
+		h.fail(w, r, &Problem{Type: ProblemOverloaded, Status: http.StatusServiceUnavailable,
+			Detail: fmt.Sprintf("the API is reading as many request bodies as it may at once: this upload is not read; retry after %s", bodyRetryAfter)})
+		return
+	}
+	defer h.bodies.give(token, session.ChunkBytes)
+	done, ok := h.callable(w, r, s)
+	if !ok {
+		return
+	}
+	defer done()
+	n, err := s.Upload(r.Context(), p, r.Body)
+	if err != nil {
+		h.sessionError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"path": p, "size": n})
+}
+
+// downloadSessionFile sends a file above session.MaxFileBytes, streamed
+// in chunks as they come from the worker (no Content-Length: a secret's
+// value in it is redacted on the way).
+func (h *Handler) downloadSessionFile(w http.ResponseWriter, r *http.Request, s *airlock.Session, p string) {
+	started := false
+	_, err := s.Download(r.Context(), p, writerFunc(func(b []byte) (int, error) {
+		if !started {
+			started = true
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusOK)
+		}
+		return w.Write(b)
+	}))
+	if err != nil && !started {
+		h.sessionError(w, r, err)
+		return
+	}
+	if !started { // an empty file
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+// writerFunc is an io.Writer of a function.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 
 // closeSession serves POST /v1/sessions/{id}/close: the run record once
 // parked or finished.
