@@ -101,3 +101,20 @@ func closeUnread(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Connection", "close")
 }
+
+// streamBody hands the request's body to send, which reads it a chunk at
+// a time (chunk bytes at most held at once): one chunk counts in flight
+// against -max-body-bytes-in-flight and the token's share for the whole
+// read. It answers 503 itself when the bytes in flight are full (ok
+// false); otherwise it returns send's error.
+func (h *Handler) streamBody(w http.ResponseWriter, r *http.Request, chunk int64, send func(io.Reader) error) (ok bool, err error) {
+	token := tokenOf(r).Name
+	if why := h.bodies.take(token, chunk, 0); why != shareOK {
+		w.Header().Set("Retry-After", strconv.Itoa(int(bodyRetryAfter/time.Second)))
+		h.fail(w, r, &Problem{Type: ProblemOverloaded, Status: http.StatusServiceUnavailable,
+			Detail: fmt.Sprintf("the API is reading as many request bodies as it may at once (%s, its -max-body-bytes-in-flight): this upload is not read; retry after %s", limits.Bytes(h.bodies.max), bodyRetryAfter)})
+		return false, nil
+	}
+	defer h.bodies.give(token, chunk)
+	return true, send(r.Body)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -229,24 +230,22 @@ func (h *Handler) getSessionFile(w http.ResponseWriter, r *http.Request) {
 }
 
 // uploadSessionFile writes a body above session.MaxFileBytes (or of no
-// stated length) to the file, streamed in chunks of session.ChunkBytes:
-// the API holds one chunk of it at a time, counted as one in flight
-// against -max-body-bytes-in-flight; the workspace's quota bounds it.
+// stated length) to the file, streamed in chunks of session.ChunkBytes
+// (streamBody): the workspace's quota bounds it.
 func (h *Handler) uploadSessionFile(w http.ResponseWriter, r *http.Request, s *airlock.Session, p string) {
-	token := tokenOf(r).Name
-	if why := h.bodies.take(token, session.ChunkBytes, 0); why != shareOK {
-		w.Header().Set("Retry-After", strconv.Itoa(int(bodyRetryAfter/time.Second)))
-		h.fail(w, r, &Problem{Type: ProblemOverloaded, Status: http.StatusServiceUnavailable,
-			Detail: fmt.Sprintf("the API is reading as many request bodies as it may at once: this upload is not read; retry after %s", bodyRetryAfter)})
-		return
-	}
-	defer h.bodies.give(token, session.ChunkBytes)
 	done, ok := h.callable(w, r, s)
 	if !ok {
 		return
 	}
 	defer done()
-	n, err := s.Upload(r.Context(), p, r.Body)
+	var n int64
+	ok, err := h.streamBody(w, r, session.ChunkBytes, func(body io.Reader) (err error) {
+		n, err = s.Upload(r.Context(), p, body)
+		return err
+	})
+	if !ok {
+		return
+	}
 	if err != nil {
 		h.sessionError(w, r, err)
 		return
