@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -134,4 +135,61 @@ func decode(xs []redis.XMessage) []Output {
 		out = append(out, o)
 	}
 	return out
+}
+
+// followBlock is how long one read of a followed stream blocks: the most
+// a follow's stop waits for it.
+const followBlock = 200 * time.Millisecond
+
+// Follow calls f with run id's output after position from ("" or an
+// invalid one: from now on), in order, from one goroutine, until the
+// returned stop, which returns once f has had everything sent before it
+// (and may be called more than once). It says it listens (Listen) and
+// renews it, so that workers send the output.
+func (c *Conn) Follow(ctx context.Context, id, from string, f func(Output)) (stop func()) {
+	if !ValidSeq(from) {
+		var err error
+		if from, err = c.Last(ctx, id); err != nil {
+			from = "0-0"
+		}
+	}
+	_ = c.Listen(ctx, id)
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	deliver := func(outs []Output) {
+		for _, o := range outs {
+			f(o)
+			from = o.Seq
+		}
+	}
+	go func() {
+		defer close(done)
+		renew := time.Now().Add(ListenTTL / 3)
+		for fctx.Err() == nil {
+			outs, err := c.Read(fctx, id, from, followBlock, 256)
+			if err != nil && fctx.Err() == nil {
+				time.Sleep(followBlock)
+			}
+			deliver(outs)
+			if time.Now().After(renew) {
+				_ = c.Listen(fctx, id)
+				renew = time.Now().Add(ListenTTL / 3)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			// What the worker sent before it answered: the rest of it.
+			for range 64 {
+				outs, err := c.Read(context.WithoutCancel(ctx), id, from, 0, 1024)
+				if err != nil || len(outs) == 0 {
+					return
+				}
+				deliver(outs)
+			}
+		})
+	}
 }

@@ -192,51 +192,7 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 // followOutput sends run taskID's step output as it comes (package live),
 // each piece an "output" event whose id is its position: a client that
 // reconnects with that id as Last-Event-ID resumes after it, missing
-// nothing and seeing nothing twice; otherwise the output starts now. The
-// returned stop ends it once what came before it was sent; it may be
-// called twice.
+// nothing and seeing nothing twice; otherwise the output starts now.
 func (h *Handler) followOutput(ctx context.Context, r *http.Request, taskID string, send func(live.Output)) (stop func()) {
-	from := r.Header.Get("Last-Event-ID")
-	if !live.ValidSeq(from) {
-		var err error
-		if from, err = h.live.Last(ctx, taskID); err != nil {
-			from = "0-0"
-		}
-	}
-	_ = h.live.Listen(ctx, taskID)
-	octx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	deliver := func(outs []live.Output) {
-		for _, o := range outs {
-			send(o)
-			from = o.Seq
-		}
-	}
-	go func() {
-		defer close(done)
-		renew := time.Now().Add(live.ListenTTL / 3)
-		for octx.Err() == nil {
-			outs, err := h.live.Read(octx, taskID, from, 200*time.Millisecond, 256)
-			if err != nil && octx.Err() == nil {
-				time.Sleep(200 * time.Millisecond)
-			}
-			deliver(outs)
-			if time.Now().After(renew) {
-				_ = h.live.Listen(octx, taskID)
-				renew = time.Now().Add(live.ListenTTL / 3)
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			<-done
-			if ctx.Err() == nil {
-				if outs, err := h.live.Read(ctx, taskID, from, 0, 4096); err == nil {
-					deliver(outs)
-				}
-			}
-		})
-	}
+	return h.live.Follow(ctx, taskID, r.Header.Get("Last-Event-ID"), send)
 }
