@@ -36,6 +36,7 @@ type chaosConfig struct {
 	Duration    time.Duration // AIRLOCK_CHAOS_DURATION: the phase with kills (and the Redis restart at its middle)
 	Settle      time.Duration // AIRLOCK_CHAOS_SETTLE: how long every task may then take to be final
 	Seed        uint64        // AIRLOCK_CHAOS_SEED: of the kills' and approvers' randomness
+	Sessions    int           // AIRLOCK_CHAOS_SESSIONS: sessions open and stepping throughout
 }
 
 // MarshalJSON writes the durations as Go strings ("3s").
@@ -43,14 +44,14 @@ func (c chaosConfig) MarshalJSON() ([]byte, error) {
 	return json.Marshal(map[string]any{
 		"tasks": c.Tasks, "workers": c.Workers, "concurrency": c.Concurrency,
 		"kill_every": c.KillEvery.String(), "duration": c.Duration.String(), "settle": c.Settle.String(),
-		"seed": c.Seed,
+		"seed": c.Seed, "sessions": c.Sessions,
 	})
 }
 
 func chaosConfigFromEnv(t *testing.T) chaosConfig {
 	t.Helper()
-	c := chaosConfig{Tasks: 150, Workers: 3, Concurrency: 3, KillEvery: 3 * time.Second, Settle: 5 * time.Minute, Seed: uint64(time.Now().UnixNano())}
-	ints := map[string]*int{"AIRLOCK_CHAOS_TASKS": &c.Tasks, "AIRLOCK_CHAOS_WORKERS": &c.Workers, "AIRLOCK_CHAOS_CONCURRENCY": &c.Concurrency}
+	c := chaosConfig{Tasks: 150, Workers: 3, Concurrency: 3, KillEvery: 3 * time.Second, Settle: 5 * time.Minute, Seed: uint64(time.Now().UnixNano()), Sessions: 20}
+	ints := map[string]*int{"AIRLOCK_CHAOS_TASKS": &c.Tasks, "AIRLOCK_CHAOS_WORKERS": &c.Workers, "AIRLOCK_CHAOS_CONCURRENCY": &c.Concurrency, "AIRLOCK_CHAOS_SESSIONS": &c.Sessions}
 	for k, p := range ints {
 		if v := os.Getenv(k); v != "" {
 			n, err := strconv.Atoi(v)
@@ -95,30 +96,31 @@ type chaosKill struct {
 
 // chaosFigures is what a chaos run reports.
 type chaosFigures struct {
-	Config             chaosConfig    `json:"config"`
-	Kinds              map[string]int `json:"kinds"`
-	Kills              int            `json:"kills"`
-	WorkerRestarts     int            `json:"worker_restarts"`
-	RedisRestarts      int            `json:"redis_restarts"`
-	RedisDownMS        float64        `json:"redis_down_ms"`
-	WallS              float64        `json:"wall_s"`
-	KilledInFlight     int            `json:"tasks_in_flight_at_kills"`
-	RecoverMaxS        float64        `json:"time_to_recover_max_s"`
-	RecoverP50S        float64        `json:"time_to_recover_p50_s"`
-	Unrecovered        int            `json:"unrecovered"`
-	Attempts           map[int]int    `json:"final_attempts"` // final record's attempt → tasks
-	ReRunAfterEnd      int            `json:"tasks_run_again_after_a_task_end"`
-	Lost               int            `json:"lost"`
-	DuplicateManifests int            `json:"duplicate_manifests"`
-	BadPublications    int            `json:"bad_publications"`
-	StagingLeft        int            `json:"staging_dirs_left"`
-	PromotedEvents     map[int]int    `json:"promoted_events_per_promoted_task"` // count → tasks
-	ApprovalsAccepted  int            `json:"approvals_accepted_by_approvers"`
-	ApproverConflicts  int            `json:"approver_conflicts"`
-	ApprovalsLost      int            `json:"approvals_lost"`
-	EnqueueRetries     int            `json:"enqueue_retries"`
-	EnqueueDuplicates  int            `json:"enqueue_duplicates"`
-	Leftovers          int            `json:"leftovers"`
+	Config             chaosConfig         `json:"config"`
+	Kinds              map[string]int      `json:"kinds"`
+	Kills              int                 `json:"kills"`
+	WorkerRestarts     int                 `json:"worker_restarts"`
+	RedisRestarts      int                 `json:"redis_restarts"`
+	RedisDownMS        float64             `json:"redis_down_ms"`
+	WallS              float64             `json:"wall_s"`
+	KilledInFlight     int                 `json:"tasks_in_flight_at_kills"`
+	RecoverMaxS        float64             `json:"time_to_recover_max_s"`
+	RecoverP50S        float64             `json:"time_to_recover_p50_s"`
+	Unrecovered        int                 `json:"unrecovered"`
+	Attempts           map[int]int         `json:"final_attempts"` // final record's attempt → tasks
+	ReRunAfterEnd      int                 `json:"tasks_run_again_after_a_task_end"`
+	Lost               int                 `json:"lost"`
+	DuplicateManifests int                 `json:"duplicate_manifests"`
+	BadPublications    int                 `json:"bad_publications"`
+	StagingLeft        int                 `json:"staging_dirs_left"`
+	PromotedEvents     map[int]int         `json:"promoted_events_per_promoted_task"` // count → tasks
+	ApprovalsAccepted  int                 `json:"approvals_accepted_by_approvers"`
+	ApproverConflicts  int                 `json:"approver_conflicts"`
+	ApprovalsLost      int                 `json:"approvals_lost"`
+	EnqueueRetries     int                 `json:"enqueue_retries"`
+	EnqueueDuplicates  int                 `json:"enqueue_duplicates"`
+	Leftovers          int                 `json:"leftovers"`
+	Sessions           chaosSessionFigures `json:"sessions"`
 }
 
 // TestChaos: N tasks (a mix that the policy promotes, that park and a
@@ -210,6 +212,11 @@ func TestChaos(t *testing.T) {
 		}
 	}()
 
+	// Sessions open and stepping throughout the kill phase.
+	stopSessions := make(chan struct{})
+	sessionsDone := make(chan []*chaosSession, 1)
+	go func() { sessionsDone <- chaosSessions(ctx, t, c, queue, cfg.Sessions, stopSessions) }()
+
 	// Two approvers accept every pending approval, concurrently.
 	var accepted, conflicts atomic.Int64
 	approversCtx, stopApprovers := context.WithCancel(ctx)
@@ -291,6 +298,8 @@ func TestChaos(t *testing.T) {
 	}
 	restarting.Wait()
 	<-produced
+	close(stopSessions)
+	sessions := <-sessionsDone
 	t.Logf("kill phase over at %s: %d kills; waiting for every task to be final", time.Since(begin).Round(time.Millisecond), len(kills))
 	for _, m := range f.members {
 		if m.current() == nil { // one that exited by itself
@@ -313,6 +322,8 @@ func TestChaos(t *testing.T) {
 		fig.Lost = cfg.Tasks - len(recs)
 		t.Errorf("after %s: %v", time.Since(begin).Round(time.Second), err)
 	}
+	fig.Sessions = checkChaosSessions(ctx, t, c, queue, sessions)
+	t.Logf("chaos sessions: %+v", fig.Sessions)
 	f.stopAll(30 * time.Second)
 
 	fig.Kills, fig.WorkerRestarts = len(kills), int(restarts.Load())

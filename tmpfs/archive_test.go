@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -172,4 +173,44 @@ func tarOf(t *testing.T, name, data string) []byte {
 	must(t, err)
 	must(t, tw.Close())
 	return buf.Bytes()
+}
+
+// BenchmarkParkRestore is what a session's call adds to its step: the
+// workspace (four small files, or one of 1 MiB) archived out of one
+// slot's workspace and restored into another's.
+func BenchmarkParkRestore(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+	}{
+		{"small", map[string]string{"in/a.csv": "id,n\n1,2\n", "out/r.json": `{"n":1}`, "run.sh": "echo hi\n", "tmp/x": "x"}},
+		{"1MiB", map[string]string{"in/blob": strings.Repeat("x", 1<<20)}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			f := newFixture(b, os.Geteuid() == 0)
+			src := f.create(b, "a", 8<<20)
+			if _, err := src.WriteFiles(tc.files); err != nil {
+				b.Fatal(err)
+			}
+			dst := f.slot(b, "b")
+			var buf bytes.Buffer
+			b.ResetTimer()
+			for range b.N {
+				buf.Reset()
+				if _, _, err := src.Archive(&buf, 0); err != nil {
+					b.Fatal(err)
+				}
+				ws, err := dst.Create(8 << 20)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := ws.Restore(bytes.NewReader(buf.Bytes())); err != nil {
+					b.Fatal(err)
+				}
+				if err := ws.Remove(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

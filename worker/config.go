@@ -127,6 +127,10 @@ type Config struct {
 	// a shared filesystem). Default /var/lib/airlock/sessions as root,
 	// else $TMPDIR/airlock-sessions-UID.
 	SessionStore string
+	// NoLiveOutput turns live output off (-live-output=false): steps'
+	// output then reaches callers only with their records. On, a step
+	// sends nothing while nobody listens (live.go).
+	NoLiveOutput bool
 
 	// TracerProvider makes the spans of runs, decisions and promotions
 	// (package tracing); nil: the global provider, a no-op until a

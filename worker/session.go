@@ -121,6 +121,7 @@ func (w *Worker) holdSession(ctx context.Context, j *job) (*heldSession, outcome
 // when the run was handed back: a session is never replayed), answers an
 // open it never answered, and gives its place back.
 func (w *Worker) endSession(ctx context.Context, rec *record.Run, h *heldSession) {
+	ctx = context.WithoutCancel(ctx) // a delete cancels the run's: its end is still to write
 	w.bells.remove(rec.TaskID)
 	w.sessionsHeld.Add(-1)
 	w.sessionBytes.Add(-h.archived - h.pendingSize)
@@ -133,7 +134,6 @@ func (w *Worker) endSession(ctx context.Context, rec *record.Run, h *heldSession
 		return
 	}
 	w.removeCheckpoint(rec.TaskID, h.committed)
-	ctx = context.WithoutCancel(ctx)
 	end := rec.State
 	if !record.Final(end) && end != record.StateParked && end != record.StateAccepted {
 		end = record.StateFailed

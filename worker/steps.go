@@ -196,12 +196,19 @@ func (w *Worker) sandboxStep(ctx context.Context, j *job, box *sandbox.Slot, ws 
 			env["NODE_USE_ENV_PROXY"] = "1" // recent Node.js releases then honour the above
 		}
 	}
-	lv := w.startLive(rec.TaskID, st.Name, j.secrets) // live.go
-	res, err := box.Run(ctx, sandbox.Step{
+	step := sandbox.Step{
 		Argv: st.Run, Env: env, Stdin: st.Stdin,
-		Limits: spec.Limits, Timeout: max(timeout, 0), Keep: keep, Dir: st.Cwd, Live: lv.add,
-	})
-	lv.finish(res)
+		Limits: spec.Limits, Timeout: max(timeout, 0), Keep: keep, Dir: st.Cwd,
+	}
+	var lv *liveStep
+	if !w.cfg.NoLiveOutput {
+		lv = w.startLive(rec.TaskID, st.Name, j.secrets) // live.go
+		step.Live = lv.add
+	}
+	res, err := box.Run(ctx, step)
+	if lv != nil {
+		lv.finish(res)
+	}
 	// What a step printed of a secret is redacted before it is encoded
 	// for the record.
 	res.Stdout.Data = redactCaptured(j.secrets, res.Stdout)

@@ -47,7 +47,7 @@ type options struct {
 	sessionStore                                                               string
 	timeout, maxTimeout, sessionTimeout, checkInterval, shutdownTimeout, grace time.Duration
 	idleWait                                                                   time.Duration
-	allowNetwork, landlock, dev                                                bool
+	allowNetwork, landlock, dev, liveOutput                                    bool
 	policyFile, storeDir, cgroupMode, storeGroup, prefix                       string
 	actionsDir                                                                 string
 	approvalTTL, sweepInterval                                                 time.Duration
@@ -92,6 +92,7 @@ flags:
 	fs.StringVar(&o.prefix, "prefix", "airlock:", "prefix of Airlock's keys in Redis (approvals, events, published limits); clients and CLIs must use the same")
 	fs.IntVar(&o.concurrency, "concurrency", 2, "tasks run at once (one slot, uid and helper each)")
 	fs.IntVar(&o.maxSessions, "max-sessions", 0, "sessions held open at once (0: 1024; -1: no bound but -max-session-bytes); an idle session holds no slot, its workspace parked between calls; an open beyond it answers 429")
+	fs.BoolVar(&o.liveOutput, "live-output", true, "send steps' output to whoever listens while they run (SSE output events, the Go client's OnOutput, MCP progress); a step sends nothing while nobody listens")
 	fs.StringVar(&o.sessionStore, "session-store", "", "directory of the sessions' checkpoints (workspace and state after each call): a session paused, or whose worker stopped or died, resumes on any worker sharing it (default /var/lib/airlock/sessions as root, else $TMPDIR/airlock-sessions-UID)")
 	fs.Int64Var(&o.maxSessionBytes, "max-session-bytes", 0, "bytes the checkpoints of the open sessions hold together in -session-store (0: 8 GiB); an open past it answers 429")
 	fs.StringVar(&o.queues, "queues", "default=1", "queues and priorities: name=priority,...")
@@ -331,7 +332,7 @@ func (o *options) config(ctx context.Context, log zerolog.Logger) (worker.Config
 		Prefix:  o.prefix, RiskPolicy: risk, Sink: sink, Store: store, ApprovalTTL: o.approvalTTL,
 		SweepInterval: o.sweepInterval, MaxStaged: int64(sizes[2]), MaxPending: pendingBound(sizes[3]),
 		Artifacts:   contract.Limits{MaxCount: o.maxArtifacts, MaxBytes: int64(sizes[0]), MaxResult: int64(sizes[1])},
-		Concurrency: o.concurrency, MaxSessions: o.maxSessions, MaxSessionBytes: o.maxSessionBytes, SessionStore: o.sessionStore, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
+		Concurrency: o.concurrency, MaxSessions: o.maxSessions, MaxSessionBytes: o.maxSessionBytes, SessionStore: o.sessionStore, NoLiveOutput: !o.liveOutput, Queues: queues, WorkspaceRoot: o.root, Policy: pol,
 		Isolation: o.isolation, UIDFirst: first, UIDCount: count, UIDLockDir: o.uidLockDir,
 		Landlock: &landlock, Cgroup: o.cgroupMode, ROBinds: o.roBinds,
 		SecretsDir: o.secretsDir, FetchAllow: o.fetchAllow, FetchTimeout: o.fetchTimeout,

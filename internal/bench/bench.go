@@ -38,7 +38,7 @@ const (
 )
 
 // AllSections is every section, the default of Options.Sections.
-var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch, SecStart, SecSession, SecAPI, SecFairness}
+var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch, SecStart, SecSession, SecAPI, SecFairness, SecLive}
 
 // Options configure a run. Zero fields take the defaults.
 type Options struct {
@@ -413,6 +413,18 @@ func (h *harness) run(ctx context.Context) error {
 				return fmt.Errorf("fairness %s: %w", sys, err)
 			}
 			h.rep.Fairness = append(h.rep.Fairness, row)
+		}
+	}
+	if h.want(SecLive) {
+		for _, wl := range h.workloads() {
+			if wl.name != "trivial" && wl.name != "script" {
+				continue
+			}
+			row, err := h.liveCost(ctx, wl)
+			if err != nil {
+				return fmt.Errorf("live %s: %w", wl.name, err)
+			}
+			h.rep.Live = append(h.rep.Live, row)
 		}
 	}
 	if h.opt.CPUProfile != "" {

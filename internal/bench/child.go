@@ -127,6 +127,8 @@ func workerChild(args []string) error {
 	var fetchAllow string
 	c.fs.StringVar(&fetchAllow, "fetch-allow", "", "what input downloads may reach besides public addresses, comma-separated")
 	var idleWait time.Duration
+	var liveOutput bool
+	c.fs.BoolVar(&liveOutput, "live-output", true, "live output (worker -live-output)")
 	c.fs.DurationVar(&idleWait, "idle-wait", wake.DefaultMaxIdle, "longest a poll of empty queues waits for a wake-up (worker -idle-wait; 0: no waiting)")
 	rdb, err := c.parse(args)
 	if err != nil {
@@ -140,7 +142,7 @@ func workerChild(args []string) error {
 	cfg := worker.Config{
 		Redis: rdb, Concurrency: c.concurrency, Queues: map[string]int{c.queue: 1},
 		WorkspaceRoot: c.root, Isolation: isolation, UIDFirst: uidFirst, UIDCount: uidCount,
-		UIDLockDir: uidLock, TaskCheckInterval: c.checkInterval, IdleWait: -1,
+		UIDLockDir: uidLock, TaskCheckInterval: c.checkInterval, IdleWait: -1, NoLiveOutput: !liveOutput,
 		Logger: zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger(),
 	}
 	if idleWait > 0 {

@@ -56,6 +56,7 @@ type Report struct {
 	Approvals  *ApprovalsRow   `json:"approvals,omitempty"`
 	Fetch      *FetchRow       `json:"fetch,omitempty"`
 	Fairness   []FairnessRow   `json:"fairness,omitempty"`
+	Live       []LiveRow       `json:"live,omitempty"`
 	Start      []StartRow      `json:"start,omitempty"`
 	Session    *SessionReport  `json:"session,omitempty"`
 	API        *APIReport      `json:"api,omitempty"`
