@@ -141,7 +141,7 @@ func (s *httpSession) close(ctx context.Context) (*record.Run, error) {
 // per column, and the targets met or not.
 func sessionTable(r *SessionReport) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nSessions, ms: an idle worker (concurrency %d, its default max-sessions 1); %d sessions per path and round, one at a time, 15–25 ms apart; each: open, 1+%d steps of `true`, close\n",
+	fmt.Fprintf(&b, "\nSessions, ms: an idle worker (concurrency %d, its default -max-sessions); %d sessions per path and round, one at a time, 15–25 ms apart; each: open, 1+%d steps of `true`, close\n",
 		latencyConcurrency, r.Sessions, r.Steps)
 	fmt.Fprintln(&b, "HTTP API: the real handler on 127.0.0.1 (net/http, a kept-alive connection, a runs:write token); Go client: airlock.Client.OpenSession, Session.Run")
 	t := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
