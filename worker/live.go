@@ -36,9 +36,13 @@ type liveStep struct {
 	step    string
 	secrets *secrets.Set
 
-	mu       sync.Mutex
-	held     [3][]byte // per stream: read, not yet redacted (a tail that may begin a secret)
-	ready    []live.Output
+	mu sync.Mutex
+	// held is, per stream, what was read and not redacted yet (a tail
+	// that may begin a secret's value); ready what was redacted and not
+	// sent yet. Both are bytes the record keeps: at most its budget,
+	// however many reads brought them.
+	held     [3][]byte
+	ready    [3][]byte
 	listened bool
 	stop     chan struct{}
 	done     chan struct{}
@@ -56,30 +60,43 @@ func (l *liveStep) add(stream int, p []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.held[stream] = append(l.held[stream], p...)
-	l.release(stream, false)
+	l.release(stream, false, false)
 }
 
 // release moves what of stream's held bytes can no longer be the start of
-// a secret's value to ready, redacted; at the end, all of it (cut as the
-// record cuts a truncated stream).
-func (l *liveStep) release(stream int, end bool) {
+// a secret's value to ready, redacted; at the end, all of it, redacted
+// then, for a stream cut at its cap, cut as the record cuts it (TrimCut
+// after redaction, redactCaptured).
+func (l *liveStep) release(stream int, end, truncated bool) {
 	b := l.held[stream]
 	cut := len(b)
-	if !end && !l.secrets.Empty() {
-		cut = len(b) - l.secrets.Longest() + 1
-		// A value that straddles the cut is whole in what is held: it
-		// goes out redacted with what follows it.
-		cut = l.secrets.Straddle(b, cut)
-	}
 	if !end {
-		cut -= partialRuneEnd(b[:max(cut, 0)])
+		if !l.secrets.Empty() {
+			cut = len(b) - l.secrets.Longest() + 1
+		}
+		// Neither inside a value that is whole in b (it goes out redacted
+		// with what follows it) nor inside a character: each step back
+		// may call for the other, until neither moves the cut.
+		for {
+			next := l.secrets.Straddle(b, cut)
+			if next > 0 {
+				next -= partialRuneEnd(b[:next])
+			}
+			if next == cut {
+				break
+			}
+			cut = next
+		}
 	}
 	if cut <= 0 {
 		return
 	}
 	out, _ := l.secrets.RedactBytes(bytes.Clone(b[:cut]))
+	if end && truncated {
+		out = l.secrets.TrimCut(out)
+	}
 	l.held[stream] = append(b[:0:0], b[cut:]...)
-	l.ready = append(l.ready, encodeOutput(l.step, stream, out))
+	l.ready[stream] = append(l.ready[stream], out...)
 }
 
 // partialRuneEnd is how many bytes at the end of b begin a character not
@@ -135,38 +152,38 @@ func (l *liveStep) loop() {
 	}
 }
 
-// send appends what is ready to the run's output stream.
+// send appends what is ready to the run's output stream: one piece per
+// stream.
 func (l *liveStep) send(ctx context.Context) {
 	l.mu.Lock()
-	ready := l.ready
-	l.ready = nil
+	var outs []live.Output
+	for _, n := range []int{sandbox.Stdout, sandbox.Stderr} {
+		if len(l.ready[n]) > 0 {
+			outs = append(outs, encodeOutput(l.step, n, l.ready[n]))
+			l.ready[n] = nil
+		}
+	}
 	l.mu.Unlock()
-	if len(ready) == 0 {
+	if len(outs) == 0 {
 		return
 	}
-	if err := l.w.live.Append(ctx, l.taskID, ready); err != nil {
+	if err := l.w.live.Append(ctx, l.taskID, outs); err != nil {
 		l.w.log.Warn().Err(err).Str("task_id", l.taskID).Msg("live output")
 	}
 }
 
-// finish ends the stream once the step is over: the held tails go out
-// (truncated streams cut as the record cuts them) if anyone listened.
-func (l *liveStep) finish(res sandbox.Result) {
+// finish ends the stream once the step is over: the held tails go out if
+// anyone listened, cut as the record cuts a truncated stream (a step the
+// sandbox could not report, failed, counts as cut).
+func (l *liveStep) finish(res sandbox.Result, failed bool) {
 	close(l.stop)
 	<-l.done
 	if !l.listened {
 		return
 	}
 	l.mu.Lock()
-	for _, s := range []struct {
-		n int
-		c sandbox.Capture
-	}{{sandbox.Stdout, res.Stdout}, {sandbox.Stderr, res.Stderr}} {
-		if s.c.Truncated {
-			l.held[s.n] = l.secrets.TrimCut(l.held[s.n])
-		}
-		l.release(s.n, true)
-	}
+	l.release(sandbox.Stdout, true, failed || res.Stdout.Truncated)
+	l.release(sandbox.Stderr, true, failed || res.Stderr.Truncated)
 	l.mu.Unlock()
 	l.send(context.Background())
 }

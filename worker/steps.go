@@ -207,7 +207,7 @@ func (w *Worker) sandboxStep(ctx context.Context, j *job, box *sandbox.Slot, ws 
 	}
 	res, err := box.Run(ctx, step)
 	if lv != nil {
-		lv.finish(res)
+		lv.finish(res, err != nil)
 	}
 	// What a step printed of a secret is redacted before it is encoded
 	// for the record.

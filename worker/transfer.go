@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net/http"
 	"syscall"
+	"time"
 
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/session"
@@ -17,11 +18,17 @@ import (
 	"github.com/airlock-run/airlock/tmpfs"
 )
 
+// transferMax bounds one upload or download, the slot it borrows
+// included: a caller that trickles gives the slot back then.
+const transferMax = 10 * time.Minute
+
 // upload writes the file of an upload call from its transfer's chunks,
 // within the workspace's quota, replacing what was at its path, never
 // holding it whole.
 func (w *Worker) upload(ctx context.Context, id string, ws *tmpfs.Workspace, call *session.Call) *session.Answer {
 	defer w.sessions.Drop(context.WithoutCancel(ctx), id, call.Xfer)
+	ctx, cancel := context.WithTimeout(ctx, transferMax) // a trickle holds the slot no longer
+	defer cancel()
 	if err := tasks.CheckPath("path", call.Path); err != nil {
 		return &session.Answer{Status: http.StatusBadRequest, Field: "path", Error: err.Error()}
 	}
@@ -57,6 +64,8 @@ func (w *Worker) download(ctx context.Context, id string, ws *tmpfs.Workspace, c
 	if !sec.Empty() {
 		r = &redactReader{r: r, sec: sec}
 	}
+	ctx, cancel := context.WithTimeout(ctx, transferMax)
+	defer cancel()
 	if err := w.sessions.SendChunks(ctx, id, call.Xfer, r); err != nil {
 		w.log.Warn().Err(err).Str("task_id", id).Str("path", call.Path).Msg("session download")
 	}

@@ -116,5 +116,17 @@ func (h *Handler) streamBody(w http.ResponseWriter, r *http.Request, chunk int64
 		return false, nil
 	}
 	defer h.bodies.give(token, chunk)
-	return true, send(r.Body)
+	// The server's read timeout bounds a whole body: a streamed one has
+	// it renewed before each read, as long as it keeps coming.
+	rc := http.NewResponseController(w)
+	body := readerFunc(func(p []byte) (int, error) {
+		_ = rc.SetReadDeadline(time.Now().Add(time.Minute))
+		return r.Body.Read(p)
+	})
+	return true, send(body)
 }
+
+// readerFunc is an io.Reader of a function.
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

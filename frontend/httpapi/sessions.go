@@ -258,7 +258,10 @@ func (h *Handler) uploadSessionFile(w http.ResponseWriter, r *http.Request, s *a
 // value in it is redacted on the way).
 func (h *Handler) downloadSessionFile(w http.ResponseWriter, r *http.Request, s *airlock.Session, p string) {
 	started := false
+	rc := http.NewResponseController(w)
 	_, err := s.Download(r.Context(), p, writerFunc(func(b []byte) (int, error) {
+		// A client that stops reading is dropped, not waited for.
+		_ = rc.SetWriteDeadline(time.Now().Add(session.ChunkWait))
 		if !started {
 			started = true
 			w.Header().Set("Content-Type", "application/octet-stream")
