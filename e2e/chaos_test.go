@@ -297,8 +297,17 @@ func TestChaos(t *testing.T) {
 		go func() {
 			defer restarting.Done()
 			time.Sleep(time.Duration(200+1300*random()) * time.Millisecond)
-			m.start()
-			restarts.Add(1)
+			// A worker started while Redis restarts exits at once (it
+			// cannot subscribe to its queues' wake-ups), as a supervisor
+			// would see it: started again, as a supervisor would.
+			for try := 0; ; try++ {
+				m.start()
+				restarts.Add(1)
+				if err := m.waitReady(30 * time.Second); err == nil || try >= 10 {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
 		}()
 	}
 	restarting.Wait()
