@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-run/airlock/limits"
 	"github.com/airlock-run/airlock/session"
 	"github.com/airlock-run/airlock/tasks"
+	"github.com/google/uuid"
 )
 
 // defaultQueue is the queue of a spec that names none, as tasks.Prepare
@@ -32,7 +33,6 @@ const defaultQueue = "default"
 type Client struct {
 	rdb    redis.UniversalClient
 	owned  bool // Dial opened rdb: Close closes it
-	asynq  *asynq.Client
 	insp   *asynq.Inspector
 	events *events.Stream
 	store  *approve.Store
@@ -43,6 +43,9 @@ type Client struct {
 	// that holds (served.go): a long-lived client reads the announcements
 	// once per queue and AnnounceInterval, not once per enqueue.
 	served sync.Map
+	// queuesAdded holds the queues this Client added to asynq's set of
+	// queues (addQueue).
+	queuesAdded sync.Map
 }
 
 // NewClient returns a Client that uses rdb, which the caller keeps and
@@ -51,7 +54,6 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) *Client {
 	opts = opts.withDefaults()
 	return &Client{
 		rdb:      rdb,
-		asynq:    asynq.NewClientFromRedisClient(rdb),
 		insp:     asynq.NewInspectorFromRedisClient(rdb),
 		events:   events.NewStream(rdb, opts.Prefix),
 		store:    approve.NewStore(rdb, approve.Options{Prefix: opts.Prefix}),
@@ -131,33 +133,30 @@ type Enqueued struct {
 // that names another principal is refused (a *tasks.FieldError on
 // principal).
 func (c *Client) Enqueue(ctx context.Context, spec *tasks.Spec) (e Enqueued, err error) {
-	payload, opts, err := c.prepare(ctx, spec)
+	payload, o, err := c.prepare(ctx, spec)
 	if err != nil {
 		return Enqueued{}, err
 	}
 	defer c.noteServed(ctx, spec.Queue, &e, &err)() // served.go: Enqueued.NoWorker, read alongside
 	if spec.IdempotencyKey == "" {
-		info, err := c.asynq.EnqueueContext(ctx, runTask(ctx, payload), opts...)
-		if err != nil {
-			return Enqueued{}, fmt.Errorf("airlock: enqueueing run %s in queue %q: %w", spec.RunID, spec.Queue, err)
-		}
-		if err := c.admit(ctx, spec, info.ID); err != nil {
+		id := uuid.NewString()
+		if err := c.enqueueTask(ctx, spec, payload, o, id); err != nil {
 			return Enqueued{}, err
 		}
-		return Enqueued{TaskID: info.ID, Queue: spec.Queue, RunID: spec.RunID}, nil
+		return Enqueued{TaskID: id, Queue: spec.Queue, RunID: spec.RunID}, nil
 	}
-	return c.enqueueOnce(ctx, spec, payload, opts)
+	return c.enqueueOnce(ctx, spec, payload, o)
 }
 
 // prepare stamps the principal, checks the spec against its queue's
-// published limits and grants, and returns its payload and asynq options.
-func (c *Client) prepare(ctx context.Context, spec *tasks.Spec) ([]byte, []asynq.Option, error) {
+// published limits and grants, and returns its payload and task options.
+func (c *Client) prepare(ctx context.Context, spec *tasks.Spec) ([]byte, taskOpts, error) {
 	if spec == nil {
-		return nil, nil, errors.New("airlock: Enqueue of a nil spec")
+		return nil, taskOpts{}, errors.New("airlock: Enqueue of a nil spec")
 	}
 	if p := c.opts.Principal; p != "" {
 		if spec.Principal != "" && spec.Principal != p {
-			return nil, nil, &tasks.FieldError{Field: "principal",
+			return nil, taskOpts{}, &tasks.FieldError{Field: "principal",
 				Msg:  fmt.Sprintf("%q: this client enqueues for %q only", spec.Principal, p),
 				Hint: "leave principal out: the client stamps it"}
 		}
@@ -169,30 +168,23 @@ func (c *Client) prepare(ctx context.Context, spec *tasks.Spec) ([]byte, []asynq
 	}
 	p, err := c.loadPolicy(ctx, queue)
 	if err != nil {
-		return nil, nil, err
+		return nil, taskOpts{}, err
 	}
 	if err := spec.Prepare(p); err != nil {
-		return nil, nil, err
+		return nil, taskOpts{}, err
 	}
 	if err := c.checkGrants(ctx, spec); err != nil {
-		return nil, nil, err
+		return nil, taskOpts{}, err
 	}
 	timeout, maxRetry, err := c.runBounds(ctx, spec, p)
 	if err != nil {
-		return nil, nil, err
+		return nil, taskOpts{}, err
 	}
 	payload, err := spec.Encode(c.opts.MaxPayload)
 	if err != nil {
-		return nil, nil, err
+		return nil, taskOpts{}, err
 	}
-	return payload, []asynq.Option{
-		asynq.Queue(spec.Queue),
-		asynq.MaxRetry(maxRetry),
-		asynq.Timeout(ceilSecond(timeout + c.opts.Grace)),
-		asynq.Retention(c.opts.Retention),
-		// Held in its principal's line until its share lets it in (admit).
-		asynq.Group(fairshare.Group(spec.Principal)),
-	}, nil
+	return payload, taskOpts{maxRetry: maxRetry, timeout: ceilSecond(timeout + c.opts.Grace)}, nil
 }
 
 // admit admits the run just enqueued as task id, held in its principal's
@@ -219,21 +211,17 @@ const admitTimeout = 5 * time.Second
 
 // enqueueOnce enqueues a spec that has an idempotency key under the task id
 // derived from it, or reports the task that already has that id.
-func (c *Client) enqueueOnce(ctx context.Context, spec *tasks.Spec, payload []byte, opts []asynq.Option) (Enqueued, error) {
+func (c *Client) enqueueOnce(ctx context.Context, spec *tasks.Spec, payload []byte, o taskOpts) (Enqueued, error) {
 	id := IdempotentTaskIDFor(spec.Queue, spec.Principal, spec.IdempotencyKey)
-	opts = append(opts, asynq.TaskID(id))
 	// The existing task may go (its retention ends) between the conflict
 	// and the look-up; then enqueueing again is right.
 	for attempt := 0; ; attempt++ {
-		_, err := c.asynq.EnqueueContext(ctx, runTask(ctx, payload), opts...)
+		err := c.enqueueTask(ctx, spec, payload, o, id)
 		if err == nil {
-			if err := c.admit(ctx, spec, id); err != nil {
-				return Enqueued{}, err
-			}
 			return Enqueued{TaskID: id, Queue: spec.Queue, RunID: spec.RunID}, nil
 		}
-		if !errors.Is(err, asynq.ErrTaskIDConflict) {
-			return Enqueued{}, fmt.Errorf("airlock: enqueueing run %s in queue %q: %w", spec.RunID, spec.Queue, err)
+		if !errors.Is(err, fairshare.ErrExists) {
+			return Enqueued{}, err
 		}
 		info, err := c.insp.GetTaskInfo(spec.Queue, id)
 		if (errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound)) && attempt < 2 {
@@ -243,8 +231,10 @@ func (c *Client) enqueueOnce(ctx context.Context, spec *tasks.Spec, payload []by
 			return Enqueued{}, fmt.Errorf("airlock: reading task %s, the earlier task with idempotency_key %q: %w", id, spec.IdempotencyKey, err)
 		}
 		if info.State == asynq.TaskStateAggregating {
-			// Its enqueuer may have lost it before its admission: admit
-			// it now (again: an admitted run is only given its share).
+			// Held in its principal's line (an enqueue of an earlier
+			// version, or one that lost Redis before its admission):
+			// admit it now (again: an admitted run is only given its
+			// share).
 			if err := c.admit(ctx, spec, id); err != nil {
 				return Enqueued{}, err
 			}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/hibiken/asynq"
 
 	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/session"
@@ -81,7 +80,7 @@ func (c *Client) OpenSession(ctx context.Context, spec *tasks.Spec) (*Session, e
 	if spec.IdempotencyKey != "" {
 		return nil, &tasks.FieldError{Field: "idempotency_key", Msg: "a session is opened once", Hint: "leave it out; the session's id names it"}
 	}
-	payload, opts, err := c.prepare(ctx, spec)
+	payload, o, err := c.prepare(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -93,10 +92,8 @@ func (c *Client) OpenSession(ctx context.Context, spec *tasks.Spec) (*Session, e
 	}
 	// asynq's retries of a session's task are its moves (a pause uses
 	// none, a worker that died one): its steps are never replayed.
-	if _, err := c.asynq.EnqueueContext(ctx, runTask(ctx, payload), append(opts, asynq.TaskID(id), asynq.MaxRetry(sessionMoves))...); err != nil {
-		return nil, fmt.Errorf("airlock: enqueueing session in queue %q: %w", spec.Queue, err)
-	}
-	if err := c.admit(ctx, spec, id); err != nil {
+	o.maxRetry = sessionMoves
+	if err := c.enqueueTask(ctx, spec, payload, o, id); err != nil {
 		_ = s.conn.Forget(context.WithoutCancel(ctx), id) // refused, or withdrawn by the sweep
 		return nil, err
 	}
@@ -258,7 +255,7 @@ func (s *Session) Close(ctx context.Context) (*record.Run, error) {
 	if _, err := s.call(ctx, session.Call{Op: session.OpClose}, 0); err != nil {
 		return nil, err
 	}
-	return s.c.waitFrom(ctx, s.queue, s.id, from)
+	return s.c.waitFrom(ctx, s.queue, s.id, from, false)
 }
 
 // Delete ends the session at once, keeping nothing (a running step is

@@ -47,13 +47,30 @@ const (
 // asynq, payload and all: package refused) gives the refusal's record. A
 // task that is not in the queue gives an error matching ErrNotFound.
 func (c *Client) Status(ctx context.Context, queue, taskID string) (*record.Run, error) {
-	info, err := c.insp.GetTaskInfo(queue, taskID)
+	rec, _, err := c.status(ctx, queue, taskID)
+	return rec, err
+}
+
+// status is Status, and tells whether Wait would take the run as done
+// from what it read (the task completed or archived, or gone with its
+// refusal's record).
+func (c *Client) status(ctx context.Context, queue, taskID string) (*record.Run, bool, error) {
+	info, err := c.taskInfo(ctx, queue, taskID)
+	if err == nil {
+		done := info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived
+		rec, err := c.statusOf(ctx, info)
+		return rec, done, err
+	}
 	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-		return c.refusedRecord(ctx, queue, taskID, err) // refused.go
+		rec, err := c.refusedRecord(ctx, queue, taskID, err) // refused.go
+		return rec, err == nil, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("airlock: task %s in queue %q: %w", taskID, queue, err)
-	}
+	return nil, false, fmt.Errorf("airlock: task %s in queue %q: %w", taskID, queue, err)
+}
+
+// statusOf is Status of the task info read.
+func (c *Client) statusOf(ctx context.Context, info *asynq.TaskInfo) (*record.Run, error) {
+	var err error
 	var rec *record.Run
 	switch {
 	case info.State == asynq.TaskStateCompleted,
@@ -122,28 +139,21 @@ func (c *Client) LocateIn(ctx context.Context, taskID string, queues []string) (
 	// An EXISTS of the task's key in each queue, locateBatch to a round
 	// trip (a pipeline, which a Cluster client splits by node), where
 	// asynq's Inspector takes two round trips per queue; the batches bound
-	// what a request holds whatever the number of queues.
-	var found []string
-	for len(queues) > 0 {
-		batch := queues[:min(len(queues), locateBatch)]
-		queues = queues[len(batch):]
-		exists := make([]*redis.IntCmd, len(batch))
-		wasRefused := make([]*redis.SliceCmd, len(batch))
-		_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, q := range batch {
-				exists[i] = p.Exists(ctx, asynqkey.Task(q, taskID))
-				wasRefused[i] = refused.Exists(ctx, p, c.opts.Prefix, q, taskID)
-			}
-			return nil
+	// what a request holds whatever the number of queues. Only when no
+	// queue holds the task are the refusals' records looked for, the same
+	// way: a refused run's task is gone.
+	found, err := c.locateBatches(ctx, taskID, queues, func(p redis.Pipeliner, q string) func() bool {
+		exists := p.Exists(ctx, asynqkey.Task(q, taskID))
+		return func() bool { return exists.Val() > 0 }
+	})
+	if err == nil && len(found) == 0 {
+		found, err = c.locateBatches(ctx, taskID, queues, func(p redis.Pipeliner, q string) func() bool {
+			wasRefused := refused.Exists(ctx, p, c.opts.Prefix, q, taskID)
+			return func() bool { return refused.Found(wasRefused) }
 		})
-		if err != nil {
-			return "", fmt.Errorf("airlock: look for task %s in %d queues: %w", taskID, len(batch), err)
-		}
-		for i, q := range batch {
-			if exists[i].Val() > 0 || refused.Found(wasRefused[i]) {
-				found = append(found, q)
-			}
-		}
+	}
+	if err != nil {
+		return "", err
 	}
 	switch len(found) {
 	case 0:
@@ -153,6 +163,33 @@ func (c *Client) LocateIn(ctx context.Context, taskID string, queues []string) (
 	}
 	slices.Sort(found)
 	return "", &ambiguousError{taskID: taskID, queues: found}
+}
+
+// locateBatches asks, locateBatch queues to a round trip, whether each of
+// queues holds task taskID: ask queues the question and returns how to
+// read its answer. It returns the queues that do.
+func (c *Client) locateBatches(ctx context.Context, taskID string, queues []string, ask func(p redis.Pipeliner, q string) func() bool) ([]string, error) {
+	var found []string
+	for len(queues) > 0 {
+		batch := queues[:min(len(queues), locateBatch)]
+		queues = queues[len(batch):]
+		answers := make([]func() bool, len(batch))
+		_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, q := range batch {
+				answers[i] = ask(p, q)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("airlock: look for task %s in %d queues: %w", taskID, len(batch), err)
+		}
+		for i, q := range batch {
+			if answers[i]() {
+				found = append(found, q)
+			}
+		}
+	}
+	return found, nil
 }
 
 // locateBatch is how many queues LocateIn asks about per round trip.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/events"
+	"github.com/airlock-run/airlock/internal/redis/asynqkey"
+	"github.com/airlock-run/airlock/internal/redis/asynqmsg"
 	"github.com/airlock-run/airlock/record"
 	"github.com/hibiken/asynq"
 )
@@ -40,7 +42,41 @@ func (c *Client) Wait(ctx context.Context, queue, taskID string) (*record.Run, e
 	if err != nil {
 		return nil, fmt.Errorf("airlock: waiting for task %s in queue %q: %w", taskID, queue, err)
 	}
-	return c.waitFrom(ctx, queue, taskID, from)
+	return c.waitFrom(ctx, queue, taskID, from, false)
+}
+
+// WaitWith is Wait, or WaitFinal when final, for a caller that must see
+// the run before it waits (the HTTP API checks that its token may read
+// it): read is handed the run as Status gives it, once, before any wait,
+// and an error it returns ends the call with that error. The run is read
+// once where Status then Wait read it twice.
+func (c *Client) WaitWith(ctx context.Context, queue, taskID string, final bool, read func(*record.Run) error) (*record.Run, error) {
+	from, err := c.events.Last(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: waiting for task %s in queue %q: %w", taskID, queue, err)
+	}
+	rec, done, err := c.status(ctx, queue, taskID)
+	if err != nil {
+		return nil, err
+	}
+	if err := read(rec); err != nil {
+		return nil, err
+	}
+	if done {
+		// What Wait would return (Status read the approval of a parked
+		// run, which Wait leaves to WaitFinal).
+		if !final || record.Final(rec.State) || rec.ApprovalID == "" {
+			return rec, nil
+		}
+		return c.waitApproval(ctx, taskID, from, rec)
+	}
+	if rec, err = c.waitFrom(ctx, queue, taskID, from, true); err != nil || !final {
+		return rec, err
+	}
+	if record.Final(rec.State) || rec.ApprovalID == "" {
+		return rec, nil
+	}
+	return c.waitApproval(ctx, taskID, from, rec)
 }
 
 // WaitOutput is Wait with the steps' output reaching f while they run
@@ -52,12 +88,33 @@ func (c *Client) WaitOutput(ctx context.Context, queue, taskID string, f func(li
 }
 
 // waitFrom is Wait with the events followed from position from, taken by
-// a caller before it did what ends the run (a session's close).
-func (c *Client) waitFrom(ctx context.Context, queue, taskID, from string) (*record.Run, error) {
+// a caller before it did what ends the run (a session's close), or before
+// it read the task itself and found it not done (looked: the task is not
+// read again before an event or the poll).
+func (c *Client) waitFrom(ctx context.Context, queue, taskID, from string, looked bool) (*record.Run, error) {
 	var err error
 	var rec *record.Run
 	var last asynq.TaskState
 	look := func(eventSaysDone bool) (bool, error) {
+		// One read of the task's hash (peek) decides a run that ended
+		// with its record, or one that is not done; the Inspector (four
+		// commands) only a task that is gone or archived without one.
+		state, result, err := c.peek(ctx, queue, taskID)
+		if err != nil {
+			return false, fmt.Errorf("airlock: waiting for task %s in queue %q: %w", taskID, queue, err)
+		}
+		if state != 0 && (state != asynq.TaskStateArchived || len(result) > 0) {
+			last = state
+			switch {
+			case state == asynq.TaskStateCompleted, state == asynq.TaskStateArchived,
+				// The worker's event comes once the record is stored, just
+				// before asynq marks the task completed.
+				eventSaysDone && len(result) > 0:
+				rec, err = decodeResult(queue, taskID, state, result)
+				return true, err
+			}
+			return false, nil
+		}
 		info, err := c.insp.GetTaskInfo(queue, taskID)
 		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
 			// A refused run's task is gone: its record is the refusal's.
@@ -75,8 +132,6 @@ func (c *Client) waitFrom(ctx context.Context, queue, taskID, from string) (*rec
 		switch {
 		case info.State == asynq.TaskStateCompleted,
 			info.State == asynq.TaskStateArchived && len(info.Result) > 0,
-			// The worker's event comes once the record is stored, just
-			// before asynq marks the task completed.
 			eventSaysDone && len(info.Result) > 0:
 			rec, err = decodeRecord(info)
 			return true, err
@@ -86,8 +141,10 @@ func (c *Client) waitFrom(ctx context.Context, queue, taskID, from string) (*rec
 		}
 		return false, nil
 	}
-	if done, err := look(false); done || err != nil {
-		return rec, err
+	if !looked {
+		if done, err := look(false); done || err != nil {
+			return rec, err
+		}
 	}
 	err = c.events.Follow(ctx, from, pollEvery,
 		func() (bool, error) { return look(false) },
@@ -111,15 +168,71 @@ func (c *Client) waitFrom(ctx context.Context, queue, taskID, from string) (*rec
 
 // decodeRecord decodes the run record a worker stored as the task's result.
 func decodeRecord(info *asynq.TaskInfo) (*record.Run, error) {
-	if len(info.Result) == 0 {
-		return nil, fmt.Errorf("airlock: task %s in queue %q is %s without a run record (was it run by an Airlock worker?)", info.ID, info.Queue, info.State)
+	return decodeResult(info.Queue, info.ID, info.State, info.Result)
+}
+
+// decodeResult decodes the run record a worker stored as the result of
+// task id of queue, in state.
+func decodeResult(queue, id string, state asynq.TaskState, result []byte) (*record.Run, error) {
+	if len(result) == 0 {
+		return nil, fmt.Errorf("airlock: task %s in queue %q is %s without a run record (was it run by an Airlock worker?)", id, queue, state)
 	}
 	var r record.Run
-	if err := json.Unmarshal(info.Result, &r); err != nil {
-		return nil, fmt.Errorf("airlock: task %s in queue %q: its result is not a run record: %w", info.ID, info.Queue, err)
+	if err := json.Unmarshal(result, &r); err != nil {
+		return nil, fmt.Errorf("airlock: task %s in queue %q: its result is not a run record: %w", id, queue, err)
 	}
 	return &r, nil
 }
+
+// peek reads task id's state and result (its run record) from its hash
+// in asynq's keys, in one command. state is 0 when the hash is gone or
+// holds a state asynq v0.26 does not name.
+func (c *Client) peek(ctx context.Context, queue, id string) (state asynq.TaskState, result []byte, err error) {
+	v, err := c.rdb.HMGet(ctx, asynqkey.Task(queue, id), "state", "result").Result()
+	if err != nil {
+		return 0, nil, err
+	}
+	st, _ := v[0].(string)
+	res, _ := v[1].(string)
+	return taskStates[st], []byte(res), nil
+}
+
+// taskInfo reads task id of queue as asynq's Inspector.GetTaskInfo does,
+// the fields a run's status needs (state, result, payload, retries, last
+// error), in one command where the Inspector takes four: an error
+// matching asynq.ErrTaskNotFound when the task is not there.
+func (c *Client) taskInfo(ctx context.Context, queue, id string) (*asynq.TaskInfo, error) {
+	v, err := c.rdb.HMGet(ctx, asynqkey.Task(queue, id), "state", "result", "msg").Result()
+	if err != nil {
+		return nil, err
+	}
+	st, _ := v[0].(string)
+	res, _ := v[1].(string)
+	msg, _ := v[2].(string)
+	state := taskStates[st]
+	if state == 0 || msg == "" {
+		return nil, fmt.Errorf("%w: task %s in queue %q", asynq.ErrTaskNotFound, id, queue)
+	}
+	m, err := asynqmsg.Decode([]byte(msg))
+	if err != nil {
+		return nil, fmt.Errorf("airlock: task %s in queue %q: its asynq message: %w", id, queue, err)
+	}
+	info := &asynq.TaskInfo{ID: id, Queue: queue, Type: m.Type, Payload: m.Payload, State: state,
+		MaxRetry: m.Retry, Retried: m.Retried, LastErr: m.ErrorMsg, Timeout: m.Timeout, Retention: m.Retention, Group: m.Group}
+	if res != "" {
+		info.Result = []byte(res)
+	}
+	return info, nil
+}
+
+// taskStates are asynq's task states by the name its hashes hold.
+var taskStates = func() map[string]asynq.TaskState {
+	m := map[string]asynq.TaskState{}
+	for s := asynq.TaskStateActive; s <= asynq.TaskStateAggregating; s++ {
+		m[s.String()] = s
+	}
+	return m
+}()
 
 // archivedRecord is the record of a task archived without one: who asked
 // for it (principal, action) as its payload says, so that it stays its

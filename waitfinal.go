@@ -21,10 +21,16 @@ func (c *Client) WaitFinal(ctx context.Context, queue, taskID string) (*record.R
 	if err != nil {
 		return nil, fmt.Errorf("airlock: events: %w", err)
 	}
-	rec, err := c.Wait(ctx, queue, taskID)
+	rec, err := c.waitFrom(ctx, queue, taskID, from, false)
 	if err != nil || record.Final(rec.State) || rec.ApprovalID == "" {
 		return rec, err
 	}
+	return c.waitApproval(ctx, taskID, from, rec)
+}
+
+// waitApproval waits through the approval of rec, the record of a run
+// that is done but not final, following the events from position from.
+func (c *Client) waitApproval(ctx context.Context, taskID, from string, rec *record.Run) (*record.Run, error) {
 	look := func() (bool, error) {
 		a, err := c.store.Get(ctx, rec.ApprovalID)
 		if errors.Is(err, approve.ErrNotFound) {
@@ -38,7 +44,7 @@ func (c *Client) WaitFinal(ctx context.Context, queue, taskID string) (*record.R
 	if done, err := look(); done || err != nil {
 		return rec, err
 	}
-	err = c.events.Follow(ctx, from, pollEvery, look, func(e events.Event) (bool, error) {
+	err := c.events.Follow(ctx, from, pollEvery, look, func(e events.Event) (bool, error) {
 		if e.TaskID != taskID && e.ApprovalID != rec.ApprovalID {
 			return false, nil
 		}

@@ -56,7 +56,7 @@ func (p *Promoter) load(ctx context.Context, id string) (*Approval, error) {
 
 // promote is Promote of a, as the store holds it.
 func (p *Promoter) promote(ctx context.Context, a *Approval) (*Manifest, bool, error) {
-	m, published, ops, err := p.publish(ctx, a, func(name string) ([]byte, error) { return p.Store.Data(ctx, a.ID, name) })
+	m, published, ops, err := p.publish(ctx, a, func(name string) ([]byte, error) { return p.Store.Data(ctx, a.ID, name) }, false)
 	if err == nil && ops != nil {
 		err = p.Store.Apply(ctx, a.ID, ops)
 	}
@@ -88,7 +88,7 @@ func (p *Promoter) PromoteInline(ctx context.Context, a *Approval, data map[stri
 		m, published, err = quiet.promote(ctx, stored)
 		return m, published, nil, err
 	}
-	return quiet.publish(ctx, a, parked(data))
+	return quiet.publish(ctx, a, parked(data), true)
 }
 
 // parked reads an artifact's bytes from what its caller parked.
@@ -105,7 +105,10 @@ func parked(data map[string][]byte) func(name string) ([]byte, error) {
 // publish publishes a, an approval as the store holds it, reading each
 // artifact's staged bytes with data, and marks it promoted; it returns
 // the index and audit updates of that mark, for the caller to send.
-func (p *Promoter) publish(ctx context.Context, a *Approval, data func(name string) ([]byte, error)) (*Manifest, bool, Ops, error) {
+//
+// fresh: the caller's own park just created a (PromoteInline), so that
+// the mark's updates are only what the promotion changes.
+func (p *Promoter) publish(ctx context.Context, a *Approval, data func(name string) ([]byte, error), fresh bool) (*Manifest, bool, Ops, error) {
 	if a.State != StateAccepted {
 		return nil, false, nil, fmt.Errorf("%w: approval %s is %s, not accepted", ErrRefused, a.ID, a.State)
 	}
@@ -151,7 +154,11 @@ func (p *Promoter) publish(ctx context.Context, a *Approval, data func(name stri
 	if err != nil {
 		return nil, false, nil, err
 	}
-	ops, err := p.Store.MarkPromotedOps(ctx, a.ID, m.PromotedAt, p.Sink.Where(m.RunID, m.TaskID))
+	var created *Approval
+	if fresh {
+		created = a
+	}
+	ops, err := p.Store.markPromotedOps(ctx, a.ID, m.PromotedAt, p.Sink.Where(m.RunID, m.TaskID), created)
 	if err != nil {
 		return nil, published, nil, err
 	}

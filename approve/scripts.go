@@ -43,14 +43,24 @@ end
 // parkScript stores a new approval unless its id exists.
 // KEYS: hash, data, audit. ARGV: to, by, comment, at, n, then n record
 // arguments (field, value pairs), then data arguments (name, bytes pairs).
+// Each hash is written with one HSET (Lua's unpack takes a few thousand
+// values at most: past maxUnpack, the data goes in batches).
 var parkScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local n = tonumber(ARGV[5])
-for i = 6, 5 + n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1]) end
-for i = 6 + n, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i+1]) end
+if n > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, 6, 5 + n)) end
+local i = 6 + n
+while i <= #ARGV do
+  local j = math.min(#ARGV, i + ` + strconv.Itoa(maxUnpack) + ` - 1)
+  redis.call('HSET', KEYS[2], unpack(ARGV, i, j))
+  i = j + 1
+end
 redis.call('XADD', KEYS[3], '*', 'from', '', 'to', ARGV[1], 'by', ARGV[2], 'comment', ARGV[3], 'at', ARGV[4])
 return 1
 `)
+
+// maxUnpack is how many values parkScript passes one HSET (even: pairs).
+const maxUnpack = 1000
 
 // decideScript is the compare-and-set of a decision.
 // KEYS: hash, data, audit. ARGV: to (accepted, rejected, or "expire" for
@@ -83,18 +93,27 @@ return {'ok', view()}
 `)
 
 // promoteScript marks an accepted approval promoted.
-// KEYS: hash, data, audit. ARGV: at, retention ms, full view ("0"), where.
+// KEYS: hash, data, audit. ARGV: at, retention ms, view ("0": the
+// summary, "-": none), where.
 // Returns {status, view}: notfound, notaccepted, already or ok.
 var promoteScript = redis.NewScript(luaView(3) + `
 local st = redis.call('HMGET', KEYS[1], 'state', 'promoted_at')
 if not st[1] then return {'notfound', {}} end
 if st[1] ~= 'accepted' then return {'notaccepted', view()} end
 if st[2] then return {'already', view()} end
-redis.call('HSET', KEYS[1], 'promoted_at', ARGV[1])
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'published_to', ARGV[4]) end
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], 'promoted_at', ARGV[1], 'published_to', ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 'promoted_at', ARGV[1])
+end
 redis.call('DEL', KEYS[2])
 redis.call('XADD', KEYS[3], '*', 'from', 'accepted', 'to', 'promoted', 'by', '', 'comment', '', 'at', ARGV[1])
-finish(ARGV[2])
+local r = tonumber(ARGV[2])
+if r > 0 then
+  redis.call('PEXPIRE', KEYS[1], r)
+  redis.call('PEXPIRE', KEYS[3], r)
+end
+if ARGV[3] == '-' then return {'ok', {}} end
 return {'ok', view()}
 `)
 
@@ -142,6 +161,43 @@ func (s *Store) indexOps(ctx context.Context, p redis.Pipeliner, a *Approval) {
 		p.ZAdd(ctx, s.index(idxUnpromoted), z(a.DecidedAt))
 	} else {
 		p.ZRem(ctx, s.index(idxUnpromoted), id)
+	}
+}
+
+// freshOps are the index updates and audit entry of a, an approval a park
+// just created (pending or accepted): only what can be set, since no
+// index holds it yet.
+func (s *Store) freshOps(a *Approval, e Event) Ops {
+	return func(ctx context.Context, p redis.Pipeliner) {
+		z := func(t time.Time) redis.Z { return redis.Z{Score: float64(t.UnixMicro()), Member: a.ID} }
+		p.ZAdd(ctx, s.index(idxAll), z(a.CreatedAt))
+		switch a.State {
+		case StatePending:
+			p.ZAdd(ctx, s.index(idxPending), z(a.CreatedAt))
+			if !a.ExpiresAt.IsZero() {
+				p.ZAdd(ctx, s.index(idxExpiry), z(a.ExpiresAt))
+			}
+		case StateAccepted:
+			p.ZAdd(ctx, s.index(idxAccepted), z(a.DecidedAt))
+			p.ZAdd(ctx, s.index(idxUnpromoted), z(a.DecidedAt))
+		default:
+			s.indexOps(ctx, p, a)
+		}
+		s.auditOp(ctx, p, a.ID, e)
+		s.runEventOp(ctx, p, a, e)
+	}
+}
+
+// promotedFreshOps are the index updates and audit entry of a's promotion
+// where a park of this caller's created a (freshOps sent) and promoted it
+// at once: it leaves the accepted-not-promoted index, and its staged
+// bytes are given back.
+func (s *Store) promotedFreshOps(a *Approval, e Event) Ops {
+	return func(ctx context.Context, p redis.Pipeliner) {
+		p.ZRem(ctx, s.index(idxUnpromoted), a.ID)
+		s.auditOp(ctx, p, a.ID, e)
+		s.runEventOp(ctx, p, a, e)
+		s.unstageOp(ctx, p, a)
 	}
 }
 
@@ -221,13 +277,14 @@ const (
 // past the bound, reservePrincipalFull past the principal's (nothing
 // counted); -2 when the id was counted already.
 var reserveScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], ARGV[1]) then return -2 end
+local pk = '#p:' .. ARGV[4]
+local v = redis.call('HMGET', KEYS[1], ARGV[1], '` + stagedTotal + `', pk)
+if v[1] then return -2 end
 local n = tonumber(ARGV[2])
-local t = tonumber(redis.call('HGET', KEYS[1], '` + stagedTotal + `') or '0') + n
+local t = tonumber(v[2] or '0') + n
 local max = tonumber(ARGV[3])
 if max > 0 and t > max then return -1 end
-local pk = '#p:' .. ARGV[4]
-local pt = tonumber(redis.call('HGET', KEYS[1], pk) or '0') + n
+local pt = tonumber(v[3] or '0') + n
 local pmax = tonumber(ARGV[5])
 if pmax > 0 and pt > pmax then return -3 end
 redis.call('HSET', KEYS[1], ARGV[1], n, '` + stagedTotal + `', t, pk, pt, ARGV[1] .. '#p', ARGV[4])
@@ -239,16 +296,23 @@ return t
 // KEYS: the pending hash. ARGV: id. It uses only the commands of the ACL
 // docs/redis.md lists.
 var releaseScript = redis.NewScript(`
-local n = redis.call('HGET', KEYS[1], ARGV[1])
-if not n then return 0 end
-local t = tonumber(redis.call('HGET', KEYS[1], '` + stagedTotal + `') or '0') - tonumber(n)
-local p = redis.call('HGET', KEYS[1], ARGV[1] .. '#p')
-redis.call('HDEL', KEYS[1], ARGV[1], ARGV[1] .. '#p')
-redis.call('HSET', KEYS[1], '` + stagedTotal + `', t)
-if p then
-  local pk = '#p:' .. p
-  local pt = tonumber(redis.call('HGET', KEYS[1], pk) or '0') - tonumber(n)
-  if pt > 0 then redis.call('HSET', KEYS[1], pk, pt) else redis.call('HDEL', KEYS[1], pk) end
+local v = redis.call('HMGET', KEYS[1], ARGV[1], ARGV[1] .. '#p', '` + stagedTotal + `')
+if not v[1] then return 0 end
+local n = tonumber(v[1])
+local t = tonumber(v[3] or '0') - n
+if not v[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1], ARGV[1] .. '#p')
+  redis.call('HSET', KEYS[1], '` + stagedTotal + `', t)
+  return t
+end
+local pk = '#p:' .. v[2]
+local pt = tonumber(redis.call('HGET', KEYS[1], pk) or '0') - n
+if pt > 0 then
+  redis.call('HDEL', KEYS[1], ARGV[1], ARGV[1] .. '#p')
+  redis.call('HSET', KEYS[1], '` + stagedTotal + `', t, pk, pt)
+else
+  redis.call('HDEL', KEYS[1], ARGV[1], ARGV[1] .. '#p', pk)
+  redis.call('HSET', KEYS[1], '` + stagedTotal + `', t)
 end
 return t
 `)

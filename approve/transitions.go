@@ -87,7 +87,7 @@ func (s *Store) Park(ctx context.Context, a *Approval, data map[string][]byte) (
 		return nil, false, errors.Join(fmt.Errorf("approve: park %s: %d bytes to stage while principal %q's approvals hold %d, its quota max_pending_bytes %d: %w",
 			p.a.ID, n, p.a.Run.Principal, held, s.principalBound(p.a.Run.Principal), ErrPrincipalPendingFull), err)
 	}
-	return p.a, true, s.after(ctx, p.a, &p.event)
+	return p.a, true, s.Apply(ctx, p.a.ID, s.freshOps(p.a, p.event))
 }
 
 // principalBound is the bytes principal's pending approvals may hold
@@ -414,13 +414,25 @@ type Ops func(ctx context.Context, p redis.Pipeliner)
 // sent, the approval is promoted but still indexed as accepted and not
 // promoted: a promotion of it then only repairs the indexes (Reindex).
 func (s *Store) MarkPromotedOps(ctx context.Context, id string, at time.Time, where string) (Ops, error) {
+	return s.markPromotedOps(ctx, id, at, where, nil)
+}
+
+// markPromotedOps is MarkPromotedOps; fresh, when not nil, is the
+// approval as the caller's own park just created it (Park's created
+// true, its index updates sent): the script then returns no view, and
+// the updates are only what the promotion changes (promotedFreshOps).
+func (s *Store) markPromotedOps(ctx context.Context, id string, at time.Time, where string, fresh *Approval) (Ops, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
 	if at.IsZero() {
 		at = s.now()
 	}
-	v, err := promoteScript.Run(ctx, s.rdb, s.Keys(id), micros(at), s.retentionMS(), "0", where).Result()
+	view := "0"
+	if fresh != nil {
+		view = "-"
+	}
+	v, err := promoteScript.Run(ctx, s.rdb, s.Keys(id), micros(at), s.retentionMS(), view, where).Result()
 	if err != nil {
 		return nil, fmt.Errorf("approve: mark %s promoted: %w", id, err)
 	}
@@ -436,7 +448,14 @@ func (s *Store) MarkPromotedOps(ctx context.Context, id string, at time.Time, wh
 	case "already":
 		return s.afterOps(a, nil), nil
 	case "ok":
-		return s.afterOps(a, &Event{At: a.PromotedAt, From: StateAccepted, To: EventPromoted}), nil
+		e := Event{At: at.UTC().Truncate(time.Microsecond), From: StateAccepted, To: EventPromoted}
+		if fresh != nil {
+			done := *fresh
+			done.PromotedAt = e.At
+			return s.promotedFreshOps(&done, e), nil
+		}
+		e.At = a.PromotedAt
+		return s.afterOps(a, &e), nil
 	}
 	return nil, fmt.Errorf("approve: mark %s promoted: unexpected status %q", id, status)
 }

@@ -114,6 +114,7 @@ type Handler struct {
 	live       *live.Conn    // steps' output while they run (sse.go)
 	prefix     string        // Options.Prefix
 	waiters    *shares       // long polls, event streams and session calls open (waiters.go)
+	quotas     quotaCache    // max_waiters as read for holdWaiter (waiters.go)
 	calls      sessionCalls  // calls with a body in progress per session (sessioncall.go)
 
 	stopCtx context.Context // canceled by Close

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/record"
 	"github.com/airlock-run/airlock/tasks"
 )
 
@@ -235,49 +236,51 @@ func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// Whose it is, before anything of it shows (reads.go).
-	rec, ok := h.readRun(r.Context(), w, r, queue, taskID)
-	if !ok {
+	if wait == 0 {
+		// Whose it is, before anything of it shows (reads.go).
+		if rec, ok := h.readRun(r.Context(), w, r, queue, taskID); ok {
+			writeJSON(w, http.StatusOK, rec)
+		}
 		return
 	}
-	if wait > 0 {
-		release, ok := h.holdWaiter(w, r, queue)
-		if !ok {
-			return
+	ctx, cancel := h.bounded(r.Context(), wait)
+	defer cancel()
+	var release func()
+	defer func() {
+		if release != nil {
+			release()
 		}
-		defer release()
-		ctx, cancel := h.bounded(r.Context(), wait)
-		waitFor := h.client.Wait
-		if final {
-			waitFor = h.client.WaitFinal
+	}()
+	// The run is read once: whose it is, before anything of it shows or
+	// a waiter is held (reads.go), then waited for from that read.
+	rec, err := h.client.WaitWith(ctx, queue, taskID, final, func(rec *record.Run) error {
+		if !tokenOf(r).MayRead(rec.Principal) {
+			return unknownRun(r, queue, taskID)
 		}
-		done, err := waitFor(ctx, queue, taskID)
-		cancel()
-		switch {
-		case err == nil && (final || done.ApprovalID == ""):
-			// What Status would read again: WaitFinal applied the
-			// approval's fate, and a run without one has none.
-			writeJSON(w, http.StatusOK, done)
-			return
-		case err == nil:
-		case errors.Is(err, airlock.ErrNotFound):
-			h.runError(w, r, taskID, err)
-			return
-		case r.Context().Err() != nil:
-			return // the client went away
-		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-			// The wait is over (or the server stops): the run as it is.
-		default:
-			h.runError(w, r, taskID, err)
-			return
+		var ok bool
+		if release, ok = h.holdWaiter(w, r, queue); !ok {
+			return errAnswered
 		}
-		if rec, err = h.client.Status(r.Context(), queue, taskID); err != nil {
-			h.runError(w, r, taskID, err)
-			return
+		return nil
+	})
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, rec)
+	case errors.Is(err, errAnswered), r.Context().Err() != nil:
+		// Answered, or the client went away.
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// The wait is over (or the server stops): the run as it is, for
+		// a token that may read it.
+		if rec, ok := h.readRun(r.Context(), w, r, queue, taskID); ok {
+			writeJSON(w, http.StatusOK, rec)
 		}
+	default:
+		h.runError(w, r, taskID, err)
 	}
-	writeJSON(w, http.StatusOK, rec)
 }
+
+// errAnswered is the error of a check that answered the request itself.
+var errAnswered = errors.New("httpapi: answered")
 
 // bounded returns ctx, ended after d or when the handler closes.
 func (h *Handler) bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {

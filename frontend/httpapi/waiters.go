@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	airlock "github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/redis/fairshare"
@@ -30,7 +33,7 @@ func newWaiters(max int) *shares { return newShares(int64(max), int64(max+3)/4) 
 // it returns.
 func (h *Handler) holdWaiter(w http.ResponseWriter, r *http.Request, queue string) (func(), bool) {
 	tok := tokenOf(r)
-	q, err := fairshare.LoadQuota(r.Context(), h.rdb, h.prefix, queue, tok.Name)
+	q, err := h.quotas.load(r.Context(), h.rdb, h.prefix, queue, tok.Name)
 	if err != nil {
 		h.internal(w, r, err)
 		return nil, false
@@ -73,4 +76,47 @@ func (h *Handler) quotaRefused(w http.ResponseWriter, r *http.Request, err error
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(qe.RetryAfter.Seconds()))))
 	h.fail(w, r, &Problem{Type: ProblemQuota, Status: http.StatusTooManyRequests, Detail: qe.Error(), Quota: qe.Quota, Limit: qe.Limit})
 	return true
+}
+
+// quotaCache holds the quotas holdWaiter read, for quotaFresh: a long
+// poll then costs Redis no read of its quota. A quota the workers publish
+// anew applies within quotaFresh.
+type quotaCache struct {
+	mu sync.Mutex
+	m  map[string]cachedQuota // by queue, NUL, principal
+}
+
+type cachedQuota struct {
+	q  policy.Quota
+	at time.Time
+}
+
+// quotaFresh is how long a quota read is used; quotaCacheMax bounds the
+// entries kept (past it, the cache starts over).
+const (
+	quotaFresh    = time.Second
+	quotaCacheMax = 4096
+)
+
+// load returns principal's quota in queue (fairshare.LoadQuota), as read
+// within quotaFresh.
+func (c *quotaCache) load(ctx context.Context, rdb redis.UniversalClient, prefix, queue, principal string) (policy.Quota, error) {
+	key := queue + "\x00" + principal
+	c.mu.Lock()
+	e, ok := c.m[key]
+	c.mu.Unlock()
+	if ok && time.Since(e.at) < quotaFresh {
+		return e.q, nil
+	}
+	q, err := fairshare.LoadQuota(ctx, rdb, prefix, queue, principal)
+	if err != nil {
+		return policy.Quota{}, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= quotaCacheMax {
+		c.m = map[string]cachedQuota{}
+	}
+	c.m[key] = cachedQuota{q: q, at: time.Now()}
+	c.mu.Unlock()
+	return q, nil
 }

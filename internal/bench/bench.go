@@ -38,7 +38,7 @@ const (
 )
 
 // AllSections is every section, the default of Options.Sections.
-var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch, SecStart, SecSession, SecAPI, SecFairness, SecLive}
+var AllSections = []string{SecThroughput, SecLatency, SecIdle, SecOverhead, SecRSS, SecApprovals, SecFetch, SecStart, SecSession, SecAPI, SecFairness, SecLive, SecRedis, SecCeiling}
 
 // Options configure a run. Zero fields take the defaults.
 type Options struct {
@@ -46,7 +46,8 @@ type Options struct {
 	// N scales every measurement: throughput runs take N tasks (CPU-bound
 	// ones N/5), idle latency max(N/5, 20) tasks per system and round, the
 	// overhead breakdown N iterations, approvals 10×N, the RSS run N²/10
-	// tasks (100,000 at FullN), sessions max(N/20, 10) per path and round.
+	// tasks (100,000 at FullN), sessions max(N/20, 10) per path and round,
+	// the redis section max(N/10, 50) runs per path.
 	// 0 means FullN.
 	N      int
 	Rounds int // interleaved rounds; default 3
@@ -78,6 +79,11 @@ type Options struct {
 	// Exe is the binary re-executed for the servers; default
 	// os.Executable(). It must call MaybeChild (and sandbox.MaybeHelper).
 	Exe string
+	// CeilingWindow and CeilingWorkers override the ceiling section's
+	// window per kind of run (default 20s at FullN, scaled by N, at least
+	// 2s) and its fleet's size (default min(8, max(2, N/125)) workers).
+	CeilingWindow  time.Duration
+	CeilingWorkers int
 	// Progress receives one line per measurement; nil discards.
 	Progress io.Writer
 }
@@ -425,6 +431,20 @@ func (h *harness) run(ctx context.Context) error {
 				return fmt.Errorf("live %s: %w", wl.name, err)
 			}
 			h.rep.Live = append(h.rep.Live, row)
+		}
+	}
+	if h.want(SecRedis) {
+		rep, err := h.redisOps(ctx)
+		h.rep.Redis = rep
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+	}
+	if h.want(SecCeiling) {
+		rep, err := h.ceiling(ctx)
+		h.rep.Ceiling = rep
+		if err != nil {
+			return fmt.Errorf("ceiling: %w", err)
 		}
 	}
 	if h.opt.CPUProfile != "" {

@@ -18,7 +18,14 @@
 //   - the worker's RSS before and after many trivial tasks;
 //   - the time to list 10,000 pending approvals;
 //   - the HTTP API's cost over the Go client, with the api binary: enqueue
-//     to record p50 of both, and GET /v1/runs/{id} answered per second.
+//     to record p50 of both, and GET /v1/runs/{id} answered per second;
+//   - what one run costs Redis (-only redis), on a private redis-server:
+//     commands executed and sent, command µs and CPU per run for bare
+//     asynq and Airlock's paths, and which process sends which command;
+//   - the ceiling of one Redis for a fleet (-only ceiling): runs/s of a
+//     fleet of workers on a private redis-server, then on a private 3-shard
+//     Redis Cluster, Redis's CPU and commands per second, and the runs/s
+//     one Redis core would sustain.
 //
 // It builds on Linux only; elsewhere the package is empty.
 package bench

@@ -60,6 +60,8 @@ type Report struct {
 	Start      []StartRow      `json:"start,omitempty"`
 	Session    *SessionReport  `json:"session,omitempty"`
 	API        *APIReport      `json:"api,omitempty"`
+	Redis      *RedisReport    `json:"redis,omitempty"`
+	Ceiling    *CeilingReport  `json:"ceiling,omitempty"`
 	Profile    string          `json:"cpu_profile,omitempty"`
 	Notes      []string        `json:"notes,omitempty"`
 	Skipped    []string        `json:"skipped,omitempty"`

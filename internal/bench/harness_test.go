@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,14 @@ func TestHarnessTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real worker and baseline processes for ~30s; not with -short")
 	}
-	rep, table := runTiny(t, 5*time.Minute, nil)
+	// Every section but the ceiling, which TestCeilingSection runs.
+	var sections []string
+	for _, s := range AllSections {
+		if s != SecCeiling {
+			sections = append(sections, s)
+		}
+	}
+	rep, table := runTiny(t, 5*time.Minute, sections)
 
 	m := rep.Machine
 	if m.Cores < 1 || m.Kernel == "" || m.Redis == "" || m.Isolation == "" || m.Tiers == nil {
@@ -102,6 +110,22 @@ func TestHarnessTiny(t *testing.T) {
 		positive("approvals list", a.ListMS)
 		if a.CLIMS != nil {
 			positive("approve CLI", *a.CLIMS)
+		}
+	}
+	if r := rep.Redis; r == nil {
+		if !slices.ContainsFunc(rep.Skipped, func(s string) bool { return strings.Contains(s, "redis") }) {
+			t.Error("redis: no report, and not skipped")
+		}
+	} else {
+		for _, row := range r.Rows {
+			// A run costs Redis at least asynq's enqueue, dequeue and
+			// completion scripts, and sends at least those three.
+			if row.Executed.Raw < 10 || row.Sent.Raw < 3 || row.Sent.Raw > row.Executed.Raw || row.CPUUS.Raw <= 0 {
+				t.Errorf("redis %s: %+v", row.Path, row)
+			}
+		}
+		if len(r.Rows) < 6 {
+			t.Errorf("redis: %d rows, want bare asynq and Airlock's five paths", len(r.Rows))
 		}
 	}
 	if s := rep.Session; s == nil || len(s.Paths) != 2 { // TestSessionSection checks its figures

@@ -133,6 +133,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	b.WriteString(fairnessTable(r.Fairness))
 	b.WriteString(liveTable(r.Live))
+	b.WriteString(redisTable(r.Redis))
+	b.WriteString(ceilingTable(r.Ceiling))
 	if len(r.Overhead) > 0 {
 		fmt.Fprintf(&b, "\nPer-task overhead breakdown, µs per operation (in-process, sequential)\n")
 		fmt.Fprintln(&b, "CPU µs: CPU time of every process involved (this one, the slot helper, the step), median")

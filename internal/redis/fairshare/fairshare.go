@@ -118,6 +118,58 @@ func QuotasKey(prefix, queue string) string {
 	return prefix + "quotas:{" + queue + "}"
 }
 
+// boolArg is a script's flag argument.
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// ErrExists is Enqueue's error when the task id is taken.
+var ErrExists = errors.New("fairshare: the task id exists")
+
+// Enqueue writes run taskID of principal into queue, its asynq message
+// msg (internal/redis/asynqmsg, held in group Group(principal)), and
+// admits it, in one script: straight to the queue when nothing of its
+// principal's waits ahead of it and its share has room, else into its
+// line, admitted, for release. A quota's refusal writes nothing and is a
+// *QuotaError; a taken id is ErrExists. session: the run opens a session
+// (max_sessions). The queue must be in asynq's set of queues
+// (asynqkey.Queues): the caller adds it, once.
+func Enqueue(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, taskID string, msg []byte, session bool) error {
+	k := keysOf(prefix, queue, principal)
+	now := time.Now()
+	minute := now.Unix() / 60
+	sess := "0"
+	if session {
+		sess = "1"
+	}
+	res, err := enqueueScript.Run(ctx, rdb,
+		[]string{k.taskPrefix + taskID, k.group, k.groups, k.pending, k.claim, k.sessions, k.quotas,
+			k.rpm + strconv.FormatInt(minute, 10), k.rpm + strconv.FormatInt(minute-1, 10)},
+		k.taskPrefix, k.gname, principal, taskID, now.UnixMilli(), now.UnixNano(), Window, sess, k.wake,
+		now.UnixMilli()%60000, now.UnixMicro(), msg).Slice()
+	if err != nil {
+		return fmt.Errorf("fairshare: enqueueing run %s in queue %q: %w", taskID, queue, err)
+	}
+	return enqueueReply(res, principal, queue)
+}
+
+// enqueueReply reads enqueueScript's reply.
+func enqueueReply(res []any, principal, queue string) error {
+	switch {
+	case len(res) == 1:
+		return ErrExists
+	case len(res) == 4:
+		name, _ := res[1].(string)
+		limit, _ := res[2].(int64)
+		after, _ := res[3].(int64)
+		return &QuotaError{Quota: name, Principal: principal, Queue: queue, Limit: limit, RetryAfter: time.Duration(after) * time.Second}
+	}
+	return nil
+}
+
 // Admit admits run taskID of principal, just enqueued held in queue
 // (asynq.Group(Group(principal))), and releases what its share allows; or
 // refuses it past its quota, deleting the task: the error is then a
@@ -152,27 +204,30 @@ func Admit(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, ta
 // sweep's, and a caller's that knows nothing more); it returns how many
 // runs it released.
 func Release(ctx context.Context, rdb redis.Scripter, prefix, queue, principal string) (int, error) {
-	return release(ctx, rdb, prefix, queue, principal, "", "")
+	return release(ctx, rdb, prefix, queue, principal, "", "", false)
 }
 
 // Started releases what principal's share of queue allows once its run
 // taskID started: its place among the runs waiting in the queue is free.
-func Started(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, taskID string) (int, error) {
-	return release(ctx, rdb, prefix, queue, principal, "", taskID)
+// counts: the principal's running runs count against its quota
+// (max_active, as the caller's policy says); when they do not, a
+// principal with nothing held costs Redis two commands.
+func Started(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, taskID string, counts bool) (int, error) {
+	return release(ctx, rdb, prefix, queue, principal, "", taskID, !counts)
 }
 
 // Ended releases what principal's share of queue allows once its run
 // taskID ended for good (asynq will not run it again): it no longer counts
 // against max_active.
 func Ended(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, taskID string) (int, error) {
-	return release(ctx, rdb, prefix, queue, principal, taskID, "")
+	return release(ctx, rdb, prefix, queue, principal, taskID, "", false)
 }
 
-func release(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, done, started string) (int, error) {
+func release(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, done, started string, fast bool) (int, error) {
 	k := keysOf(prefix, queue, principal)
 	now := time.Now()
 	n, err := releaseScript.Run(ctx, rdb, []string{k.group, k.groups, k.pending, k.claim, k.quotas},
-		k.taskPrefix, k.gname, principal, done, now.UnixMilli(), now.UnixNano(), Window, k.wake, started).Int()
+		k.taskPrefix, k.gname, principal, done, now.UnixMilli(), now.UnixNano(), Window, k.wake, started, boolArg(fast)).Int()
 	if err != nil {
 		return 0, fmt.Errorf("fairshare: releasing runs of principal %q in queue %q: %w", principal, queue, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlock-run/airlock/internal/redis/asynqkey"
+	"github.com/airlock-run/airlock/internal/redis/asynqmsg"
 	"github.com/airlock-run/airlock/internal/redis/fairshare"
 	"github.com/airlock-run/airlock/internal/testkit/redistest"
 	"github.com/airlock-run/airlock/policy"
@@ -29,6 +30,8 @@ type fixture struct {
 	c     *asynq.Client
 	queue string
 	n     int
+	// twoSteps enqueues as an earlier client did (enqueue).
+	twoSteps bool
 }
 
 func newFixture(t *testing.T, quotas map[string]policy.Quota) *fixture {
@@ -38,15 +41,23 @@ func newFixture(t *testing.T, quotas map[string]policy.Quota) *fixture {
 	if err := fairshare.PublishQuotas(f.ctx, rdb, "", []string{f.queue}, quotas, 0); err != nil {
 		t.Fatal(err)
 	}
+	if err := rdb.SAdd(f.ctx, asynqkey.Queues, f.queue).Err(); err != nil { // as the client does, once
+		t.Fatal(err)
+	}
 	return f
 }
 
-// enqueue enqueues and admits a run of principal: its task id, and the
-// admission's error.
+// enqueue enqueues and admits a run of principal as the client does
+// (Enqueue): its task id, and the admission's error. With f.twoSteps, as
+// an enqueuer of an earlier version did: asynq's AddToGroup, then Admit.
 func (f *fixture) enqueue(principal string, session bool) (string, error) {
 	f.t.Helper()
 	f.n++
 	id := fmt.Sprintf("%s-%d", principal, f.n)
+	if !f.twoSteps {
+		msg := asynqmsg.Encode(asynqmsg.Message{Type: "run", ID: id, Queue: f.queue, Group: fairshare.Group(principal)})
+		return id, fairshare.Enqueue(f.ctx, f.rdb, "", f.queue, principal, id, msg, session)
+	}
 	_, err := f.c.EnqueueContext(f.ctx, asynq.NewTask("run", nil), asynq.Queue(f.queue), asynq.TaskID(id), asynq.Group(fairshare.Group(principal)))
 	if err != nil {
 		f.t.Fatal(err)
@@ -101,9 +112,19 @@ func (f *fixture) release(principal, done string) int {
 
 // TestBacklogWaitsInItsOwnLine: 20 runs of a, then one of b: b's is in
 // the queue behind two of a's, not twenty; as a's runs start, a's next
-// ones come in, in order.
+// ones come in, in order. So too with runs enqueued as an earlier client
+// did (asynq's AddToGroup, then Admit).
 func TestBacklogWaitsInItsOwnLine(t *testing.T) {
-	f := newFixture(t, nil)
+	for _, twoSteps := range []bool{false, true} {
+		t.Run(fmt.Sprintf("twoSteps=%v", twoSteps), func(t *testing.T) {
+			f := newFixture(t, nil)
+			f.twoSteps = twoSteps
+			testBacklog(t, f)
+		})
+	}
+}
+
+func testBacklog(t *testing.T, f *fixture) {
 	for range 20 {
 		if _, err := f.enqueue("a", false); err != nil {
 			t.Fatal(err)
@@ -294,7 +315,7 @@ func TestLineKeepsOrder(t *testing.T) {
 		if g, _ := f.rdb.HGet(f.ctx, asynqkey.Task(f.queue, id), "group").Result(); g != "" {
 			t.Errorf("released run %s keeps group %q", id, g)
 		}
-		if _, err := fairshare.Started(f.ctx, f.rdb, "", f.queue, "a", id); err != nil {
+		if _, err := fairshare.Started(f.ctx, f.rdb, "", f.queue, "a", id, false); err != nil {
 			t.Fatal(err)
 		}
 	}

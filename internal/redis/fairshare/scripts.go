@@ -205,18 +205,109 @@ end
 return {1, release(group, groups, pending, claim, tp, gname, window, maxActive, waiting, active, ms, ns, chan)}
 `)
 
+// enqueueScript writes a new run and admits it in one call: what asynq's
+// AddToGroup and admitScript did in two. The task is written only once
+// admitted (a refusal writes nothing). A run whose principal holds no run
+// in its line and has room in the queue goes straight to the queue
+// (asynq's enqueue: pending); any other waits in its line, admitted, for
+// release.
+//
+// KEYS: task, group, groups, pending, claim, sessions, quotas, rpm (this
+// minute), rpm (the last minute). ARGV: task key prefix, group name,
+// principal, task id, now (ms), now (ns), window, "1" for a session,
+// wake channel, ms into this minute, now (µs), the task's asynq message.
+//
+// Returns {1, released} (the run released counts), {-1} when the task id
+// exists, or {0, quota, limit, retry after (s)}.
+var enqueueScript = redis.NewScript(luaLib + `
+local tkey, group, groups, pending, claim, sessions, qkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local tp, gname, p, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local ms, ns, window, isSession, chan, into = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8] == "1", ARGV[9], tonumber(ARGV[10])
+if redis.call("EXISTS", tkey) == 1 then return {-1} end
+local q
+q, window = quotaOf(qkey, p, window)
+if q.err then return q end
+local maxActive = num(q.max_active)
+local rpm = num(q.runs_per_minute)
+if rpm > 0 then
+  local cur = tonumber(redis.call("GET", KEYS[8])) or 0
+  local prev = tonumber(redis.call("GET", KEYS[9])) or 0
+  if prev * (60000 - into) / 60000 + cur + 1 > rpm then
+    return {0, "runs_per_minute", rpm, math.max(1, math.ceil(rpmWait(prev, cur, rpm, into) / 1000))}
+  end
+end
+local maxSessions = num(q.max_sessions)
+if isSession and maxSessions > 0 then
+  local open = 0
+  for _, sid in ipairs(redis.call("ZRANGE", sessions, 0, -1)) do
+    local st = redis.call("HGET", tp .. sid, "state")
+    if st and st ~= "completed" and st ~= "archived" then
+      open = open + 1
+    else
+      redis.call("ZREM", sessions, sid)
+    end
+  end
+  if open >= maxSessions then return {0, "max_sessions", maxSessions, 5} end
+end
+local waiting, active = census(claim, tp, maxActive > 0, "", "")
+local held = redis.call("ZCARD", group)
+local maxQueued = num(q.max_queued)
+if maxQueued > 0 and held + 1 + waiting > maxQueued then
+  return {0, "max_queued", maxQueued, 5}
+end
+if rpm > 0 then
+  redis.call("INCR", KEYS[8])
+  redis.call("PEXPIRE", KEYS[8], 120000)
+end
+if isSession and maxSessions > 0 then
+  redis.call("ZADD", sessions, ms, id)
+  redis.call("PEXPIRE", sessions, 86400000)
+end
+local room = window - waiting
+if maxActive > 0 then room = math.min(room, maxActive - waiting - active) end
+if held == 0 and room > 0 then
+  -- Nothing of its principal's ahead of it: to the queue at once.
+  redis.call("HSET", tkey, "msg", ARGV[12], "state", "pending", "pending_since", ns)
+  redis.call("LPUSH", pending, id)
+  redis.call("ZADD", claim, ms, id)
+  redis.call("PEXPIRE", claim, 86400000)
+  if chan ~= "" then redis.call("PUBLISH", chan, "") end
+  return {1, 1}
+end
+-- Admitted, behind its principal's runs: by the microsecond, after every
+-- admitted run of the line whatever the callers' clocks say.
+local score = tonumber(ARGV[11])
+if held > 0 then
+  local top = redis.call("ZRANGE", group, -1, -1, "WITHSCORES")
+  if #top == 2 and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
+end
+redis.call("HSET", tkey, "msg", ARGV[12], "state", "aggregating", "group", gname)
+redis.call("ZADD", group, score, id)
+redis.call("SADD", groups, gname)
+return {1, release(group, groups, pending, claim, tp, gname, window, maxActive, waiting, active, ms, ns, chan)}
+`)
+
 // releaseScript releases what a principal's share allows, once one of its
 // runs started or ended (ARGV done: that run no longer counts).
 //
 // KEYS: group, groups, pending, claim, quotas. ARGV: task key prefix,
 // group name, principal, done task id or "", now (ms), now (ns), window,
-// wake channel, started task id or "".
+// wake channel, started task id or "", "1" when the started run does not
+// count while it runs (its principal has no max_active): then a principal
+// holding nothing costs two commands.
 //
 // Returns the runs released.
 var releaseScript = redis.NewScript(luaLib + `
 local group, groups, pending, claim, qkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tp, gname, p, done = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ms, ns, window, chan = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8]
+if ARGV[10] == "1" then
+  -- A run started whose principal's runs do not count while they run
+  -- (no max_active, as the caller's policy says): it leaves the census,
+  -- and with nothing held there is nothing to release.
+  redis.call("ZREM", claim, ARGV[9])
+  if redis.call("EXISTS", group) == 0 then return 0 end
+end
 local q
 q, window = quotaOf(qkey, p, window)
 if q.err then return q end
