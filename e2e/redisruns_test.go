@@ -36,9 +36,9 @@ var perRunBounds = map[string]struct{ executed, sent float64 }{
 // through the Go client and through the api binary (POST /v1/runs, then
 // GET /v1/runs/{task_id}?wait=30s as docs/http-api.md shows), each the
 // mean of 10 runs one after the other on one worker of two slots after a
-// first run of its kind (which loads the scripts); the worker's idle
-// commands over the same time (its rate measured before) are taken out.
-// It fails above perRunBounds.
+// first run of its kind (which loads the scripts), the least of three such
+// batches; the worker's idle commands over the same time (its rate
+// measured before) are taken out. It fails above perRunBounds.
 func TestRedisCommandsPerRun(t *testing.T) {
 	t.Parallel()
 	needRoot(t)
@@ -91,16 +91,25 @@ func TestRedisCommandsPerRun(t *testing.T) {
 		i0, at := mon.snapshot(), time.Now()
 		time.Sleep(2 * time.Second)
 		idle := float64(mon.snapshot().sub(i0).total("workers")+mon.snapshot().sub(i0).total("lua")) / time.Since(at).Seconds()
-		s0, start := mon.snapshot(), time.Now()
-		for range n {
-			run(kind)
+		// Three batches: periodic work (asynq's heartbeat, the sweeps)
+		// only adds, so the batch with least is the runs' own.
+		var perExec, perSent float64
+		var d cmdSnapshot
+		var secs float64
+		for batch := range 3 {
+			s0, start := mon.snapshot(), time.Now()
+			for range n {
+				run(kind)
+			}
+			time.Sleep(300 * time.Millisecond) // asynq marks the last task done after Wait returns
+			bd := mon.snapshot().sub(s0)
+			bsecs := time.Since(start).Seconds()
+			sent := float64(bd.total("workers")+bd.total("client")) - idle*bsecs
+			executed := sent + float64(bd.total("lua"))
+			if batch == 0 || executed/n < perExec {
+				perSent, perExec, d, secs = sent/n, executed/n, bd, bsecs
+			}
 		}
-		time.Sleep(300 * time.Millisecond) // asynq marks the last task done after Wait returns
-		d := mon.snapshot().sub(s0)
-		secs := time.Since(start).Seconds()
-		sent := float64(d.total("workers")+d.total("client")) - idle*secs
-		executed := sent + float64(d.total("lua"))
-		perSent, perExec := sent/n, executed/n
 		b := perRunBounds[kind]
 		t.Logf("%s run: %.1f commands executed (%.1f sent) per run; idle %.1f/s taken out over %.1fs; client: %s; workers: %s; in scripts: %s",
 			kind, perExec, perSent, idle, secs, d.top("client", n, 12), d.top("workers", n, 12), d.top("lua", n, 20))
