@@ -107,18 +107,25 @@ func (c *Client) statusOf(ctx context.Context, info *asynq.TaskInfo) (*record.Ru
 		}, nil
 	}
 	if rec.ApprovalID != "" && !record.Final(rec.State) {
-		a, err := c.store.Get(ctx, rec.ApprovalID)
-		if err != nil && !errors.Is(err, approve.ErrNotFound) {
-			return nil, fmt.Errorf("airlock: approval %s: %w", rec.ApprovalID, err)
-		}
-		if err == nil {
-			applyApproval(rec, a)
-			if rec.PublishedTo == "" {
-				rec.PublishedTo = a.PublishedTo
-			}
+		if err := c.withApproval(ctx, rec); err != nil {
+			return nil, err
 		}
 	}
 	return rec, nil
+}
+
+// withApproval applies the fate of rec's approval (applyApproval), when
+// the store still holds it.
+func (c *Client) withApproval(ctx context.Context, rec *record.Run) error {
+	a, err := c.store.Get(ctx, rec.ApprovalID)
+	if errors.Is(err, approve.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("airlock: approval %s: %w", rec.ApprovalID, err)
+	}
+	applyApproval(rec, a)
+	return nil
 }
 
 // Locate returns the queue that holds task taskID (or the record of its

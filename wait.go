@@ -70,13 +70,18 @@ func (c *Client) WaitWith(ctx context.Context, queue, taskID string, final bool,
 		}
 		return c.waitApproval(ctx, taskID, from, rec)
 	}
-	if rec, err = c.waitFrom(ctx, queue, taskID, from, true); err != nil || !final {
+	if rec, err = c.waitFrom(ctx, queue, taskID, from, true); err != nil || record.Final(rec.State) || rec.ApprovalID == "" {
 		return rec, err
 	}
-	if record.Final(rec.State) || rec.ApprovalID == "" {
-		return rec, nil
+	if final {
+		return c.waitApproval(ctx, taskID, from, rec)
 	}
-	return c.waitApproval(ctx, taskID, from, rec)
+	// Done, through its approval as far as it went: as Status gives it,
+	// whether the run ended before the first read or during the wait.
+	if err := c.withApproval(ctx, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // WaitOutput is Wait with the steps' output reaching f while they run

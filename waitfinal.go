@@ -56,8 +56,9 @@ func (c *Client) waitApproval(ctx context.Context, taskID, from string, rec *rec
 	return rec, err
 }
 
-// applyApproval copies an approval's fate into rec and reports whether it
-// is final.
+// applyApproval copies an approval's fate into rec (its state, who
+// decided and when, where it was published) and reports whether it is
+// final.
 func applyApproval(rec *record.Run, a *approve.Approval) bool {
 	if !a.DecidedAt.IsZero() {
 		at := a.DecidedAt
@@ -66,6 +67,9 @@ func applyApproval(rec *record.Run, a *approve.Approval) bool {
 	rec.State = a.State.Run()
 	if a.State == approve.StateAccepted && !a.PromotedAt.IsZero() {
 		rec.State = record.StatePromoted
+	}
+	if rec.PublishedTo == "" {
+		rec.PublishedTo = a.PublishedTo
 	}
 	return record.Final(rec.State)
 }

@@ -24,7 +24,7 @@ func (s *Store) ParkMany(ctx context.Context, as []*Approval) error {
 		for i, p := range ps {
 			cmds[i] = parkScript.Eval(ctx, pipe, s.Keys(p.a.ID), p.args...)
 			if p.a.StagedBytes > 0 {
-				reserveScript.Eval(ctx, pipe, []string{s.stagedKey()}, p.a.ID, p.a.StagedBytes, 0)
+				reserveScript.Eval(ctx, pipe, []string{s.stagedKey()}, p.a.ID, p.a.StagedBytes, 0, p.a.Run.Principal, 0)
 			}
 		}
 		return nil

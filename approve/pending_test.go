@@ -178,3 +178,30 @@ func TestPrincipalMaxPendingBytes(t *testing.T) {
 		t.Errorf("agent holds %d after parking again, want %d", n, 2*size)
 	}
 }
+
+// TestLostPromotionOpsReleaseStagedBytes: a promotion whose index and
+// audit updates were never sent (its worker died after the mark, and its
+// task is not run again) leaves the approval in the accepted-not-promoted
+// index with its staged bytes counted; the sweeper's ListAccepted drops it
+// from the index and gives the bytes back.
+func TestLostPromotionOpsReleaseStagedBytes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _, q := approvetest.Store(t, approve.Options{})
+	a, data := sample("ap-lost-ops", q)
+	a.State, a.DecidedBy = approve.StateAccepted, "policy:default"
+	got := park(t, s, a, data)
+	if got.StagedBytes <= 0 || pendingBytes(t, s) != got.StagedBytes {
+		t.Fatalf("parked: staged %d, pending %d", got.StagedBytes, pendingBytes(t, s))
+	}
+	if _, err := s.MarkPromotedOps(ctx, a.ID, time.Time{}, "/store/run"); err != nil { // ops never sent
+		t.Fatal(err)
+	}
+	ids, err := s.ListAccepted(ctx, time.Time{})
+	if err != nil || len(ids) != 0 {
+		t.Fatalf("ListAccepted = %q, %v; want none", ids, err)
+	}
+	if n := pendingBytes(t, s); n != 0 {
+		t.Errorf("pending %d bytes after the sweep, want 0", n)
+	}
+}

@@ -58,7 +58,16 @@ func (s *Store) ListAccepted(ctx context.Context, decidedBefore time.Time) ([]st
 		}
 	}
 	if len(stale) > 0 {
-		if err := s.rdb.ZRem(ctx, key, stale...).Err(); err != nil {
+		// Promoted (or gone) since: what a lost round trip of its
+		// promotion left, its staged bytes too (released once).
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZRem(ctx, key, stale...)
+			for _, id := range stale {
+				releaseScript.Eval(ctx, p, []string{s.stagedKey()}, id)
+			}
+			return nil
+		})
+		if err != nil {
 			return nil, fmt.Errorf("approve: list accepted: %w", err)
 		}
 	}

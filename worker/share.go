@@ -18,8 +18,7 @@ import (
 // waiting in the queue is free. A failure costs fairness nothing but
 // latency: the sweep releases what it missed.
 func (w *Worker) shareStarted(ctx context.Context, queue, principal, taskID string) {
-	counts := w.cfg.RiskPolicy.QuotaOf(principal).MaxActive > 0
-	if _, err := fairshare.Started(ctx, w.cfg.Redis, w.cfg.Prefix, queue, principal, taskID, counts); err != nil {
+	if _, err := fairshare.Started(ctx, w.cfg.Redis, w.cfg.Prefix, queue, principal, taskID); err != nil {
 		w.log.Warn().Err(err).Str("queue", queue).Msg("release the principal's next run (the sweep will)")
 	}
 }

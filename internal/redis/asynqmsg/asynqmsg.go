@@ -59,6 +59,9 @@ func Encode(m Message) []byte {
 	if !m.Deadline.IsZero() {
 		deadline = m.Deadline
 	}
+	// As asynq's client: its default timeout when neither is set (a
+	// timeout below a second then stores as none, as asynq's does), no
+	// negative retry count.
 	timeout := m.Timeout
 	if m.Deadline.IsZero() && timeout == 0 {
 		timeout = defaultTimeout
@@ -71,7 +74,7 @@ func Encode(m Message) []byte {
 	}
 	b = appendString(b, fieldID, m.ID)
 	b = appendString(b, fieldQueue, m.Queue)
-	b = appendInt(b, fieldRetry, int64(int32(m.Retry)))
+	b = appendInt(b, fieldRetry, int64(int32(max(m.Retry, 0))))
 	b = appendInt(b, fieldTimeout, int64(timeout.Seconds()))
 	b = appendInt(b, fieldDeadline, deadline.Unix())
 	b = appendInt(b, fieldRetention, int64(m.Retention.Seconds()))
@@ -105,8 +108,8 @@ func appendInt(b []byte, num protowire.Number, v int64) []byte {
 }
 
 // Stored is what Decode reads of a stored task message: the fields
-// Encode writes, and those asynq's server changes (its retries and last
-// error).
+// Encode writes (a deadline of asynq's "none" as zero), and those asynq's
+// server changes (its retries and last error).
 type Stored struct {
 	Message
 	Retried  int
@@ -130,6 +133,20 @@ func Decode(b []byte) (Stored, error) {
 		}
 		b = b[n:]
 		switch {
+		case typ == protowire.BytesType && num == fieldHeaders:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return Stored{}, protowire.ParseError(n)
+			}
+			k, val, err := decodeEntry(v)
+			if err != nil {
+				return Stored{}, err
+			}
+			if s.Headers == nil {
+				s.Headers = map[string]string{}
+			}
+			s.Headers[k] = val
+			b = b[n:]
 		case typ == protowire.BytesType && (num == fieldType || num == fieldPayload || num == fieldID || num == fieldQueue || num == fieldGroupKey || num == fieldErrorMsg):
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
@@ -179,4 +196,35 @@ func Decode(b []byte) (Stored, error) {
 		}
 	}
 	return s, nil
+}
+
+// decodeEntry reads a map<string, string> entry: its key (field 1) and
+// value (field 2).
+func decodeEntry(b []byte) (key, val string, err error) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return "", "", protowire.ParseError(n)
+		}
+		b = b[n:]
+		if typ == protowire.BytesType && (num == 1 || num == 2) {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return "", "", protowire.ParseError(n)
+			}
+			if num == 1 {
+				key = string(v)
+			} else {
+				val = string(v)
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return "", "", protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return key, val, nil
 }

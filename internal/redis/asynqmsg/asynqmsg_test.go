@@ -31,6 +31,7 @@ func TestSameBytesAsAsynq(t *testing.T) {
 		{"all", []asynq.Option{asynq.MaxRetry(7), asynq.Timeout(90 * time.Second), asynq.Retention(2 * time.Hour), asynq.Group("p:alice")},
 			asynqmsg.Message{Retry: 7, Timeout: 90 * time.Second, Retention: 2 * time.Hour, Group: "p:alice"}},
 		{"deadline", []asynq.Option{asynq.Deadline(deadline), asynq.MaxRetry(0)}, asynqmsg.Message{Deadline: deadline}},
+		{"subsecond", []asynq.Option{asynq.Timeout(500 * time.Millisecond), asynq.MaxRetry(-3)}, asynqmsg.Message{Timeout: 500 * time.Millisecond, Retry: -3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "msg-" + tc.name
@@ -82,6 +83,13 @@ func TestAsynqReadsAndRunsIt(t *testing.T) {
 		Retry: info.MaxRetry, Timeout: info.Timeout, Retention: info.Retention}
 	if diff := cmp.Diff(m, got); diff != "" {
 		t.Errorf("as asynq reads it (-written +read):\n%s", diff)
+	}
+	stored, err := asynqmsg.Decode(asynqmsg.Encode(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(m, stored.Message); diff != "" {
+		t.Errorf("as Decode reads it (-written +read):\n%s", diff)
 	}
 	ran := make(chan *asynq.Task, 1)
 	if err := rdb.LPush(ctx, asynqkey.Pending(q), m.ID).Err(); err != nil {

@@ -141,10 +141,7 @@ func Enqueue(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, 
 	k := keysOf(prefix, queue, principal)
 	now := time.Now()
 	minute := now.Unix() / 60
-	sess := "0"
-	if session {
-		sess = "1"
-	}
+	sess := boolArg(session)
 	res, err := enqueueScript.Run(ctx, rdb,
 		[]string{k.taskPrefix + taskID, k.group, k.groups, k.pending, k.claim, k.sessions, k.quotas,
 			k.rpm + strconv.FormatInt(minute, 10), k.rpm + strconv.FormatInt(minute-1, 10)},
@@ -204,30 +201,29 @@ func Admit(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, ta
 // sweep's, and a caller's that knows nothing more); it returns how many
 // runs it released.
 func Release(ctx context.Context, rdb redis.Scripter, prefix, queue, principal string) (int, error) {
-	return release(ctx, rdb, prefix, queue, principal, "", "", false)
+	return release(ctx, rdb, prefix, queue, principal, "", "")
 }
 
 // Started releases what principal's share of queue allows once its run
 // taskID started: its place among the runs waiting in the queue is free.
-// counts: the principal's running runs count against its quota
-// (max_active, as the caller's policy says); when they do not, a
-// principal with nothing held costs Redis two commands.
-func Started(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, taskID string, counts bool) (int, error) {
-	return release(ctx, rdb, prefix, queue, principal, "", taskID, !counts)
+// A principal without max_active (as published) and nothing held costs
+// Redis three commands.
+func Started(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, taskID string) (int, error) {
+	return release(ctx, rdb, prefix, queue, principal, "", taskID)
 }
 
 // Ended releases what principal's share of queue allows once its run
 // taskID ended for good (asynq will not run it again): it no longer counts
 // against max_active.
 func Ended(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, taskID string) (int, error) {
-	return release(ctx, rdb, prefix, queue, principal, taskID, "", false)
+	return release(ctx, rdb, prefix, queue, principal, taskID, "")
 }
 
-func release(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, done, started string, fast bool) (int, error) {
+func release(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, done, started string) (int, error) {
 	k := keysOf(prefix, queue, principal)
 	now := time.Now()
 	n, err := releaseScript.Run(ctx, rdb, []string{k.group, k.groups, k.pending, k.claim, k.quotas},
-		k.taskPrefix, k.gname, principal, done, now.UnixMilli(), now.UnixNano(), Window, k.wake, started, boolArg(fast)).Int()
+		k.taskPrefix, k.gname, principal, done, now.UnixMilli(), now.UnixNano(), Window, k.wake, started).Int()
 	if err != nil {
 		return 0, fmt.Errorf("fairshare: releasing runs of principal %q in queue %q: %w", principal, queue, err)
 	}

@@ -190,6 +190,42 @@ func TestMaxActive(t *testing.T) {
 	}
 }
 
+// TestStartedKeepsMaxActive: a run's start (Started, as every worker
+// calls it) never lets a principal past its published max_active, and
+// with none it lets the next run in.
+func TestStartedKeepsMaxActive(t *testing.T) {
+	f := newFixture(t, map[string]policy.Quota{"a": {MaxActive: 1}})
+	for range 4 {
+		if _, err := f.enqueue("a", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		if len(f.pending()) == 0 {
+			break
+		}
+		id := f.take()
+		if _, err := fairshare.Started(f.ctx, f.rdb, "", f.queue, "a", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	active, err := f.rdb.LLen(f.ctx, asynqkey.Active(f.queue)).Result()
+	if err != nil || active != 1 {
+		t.Errorf("a's runs active at once under max_active 1: %d, %v", active, err)
+	}
+
+	g := newFixture(t, nil)
+	for range 3 {
+		if _, err := g.enqueue("a", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := g.take()
+	if n, err := fairshare.Started(g.ctx, g.rdb, "", g.queue, "a", id); err != nil || n != 1 {
+		t.Errorf("a's run started, no max_active: %d released, %v; want 1", n, err)
+	}
+}
+
 // TestRefusals: each admission quota refuses past its value, names itself,
 // and leaves nothing of the refused run; another principal is not bound.
 func TestRefusals(t *testing.T) {
@@ -315,7 +351,7 @@ func TestLineKeepsOrder(t *testing.T) {
 		if g, _ := f.rdb.HGet(f.ctx, asynqkey.Task(f.queue, id), "group").Result(); g != "" {
 			t.Errorf("released run %s keeps group %q", id, g)
 		}
-		if _, err := fairshare.Started(f.ctx, f.rdb, "", f.queue, "a", id, false); err != nil {
+		if _, err := fairshare.Started(f.ctx, f.rdb, "", f.queue, "a", id); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -292,26 +292,25 @@ return {1, release(group, groups, pending, claim, tp, gname, window, maxActive, 
 //
 // KEYS: group, groups, pending, claim, quotas. ARGV: task key prefix,
 // group name, principal, done task id or "", now (ms), now (ns), window,
-// wake channel, started task id or "", "1" when the started run does not
-// count while it runs (its principal has no max_active): then a principal
-// holding nothing costs two commands.
+// wake channel, started task id or "". A started run whose principal has
+// no max_active (as published) and holds nothing costs three commands.
 //
 // Returns the runs released.
 var releaseScript = redis.NewScript(luaLib + `
 local group, groups, pending, claim, qkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tp, gname, p, done = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ms, ns, window, chan = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8]
-if ARGV[10] == "1" then
-  -- A run started whose principal's runs do not count while they run
-  -- (no max_active, as the caller's policy says): it leaves the census,
-  -- and with nothing held there is nothing to release.
-  redis.call("ZREM", claim, ARGV[9])
-  if redis.call("EXISTS", group) == 0 then return 0 end
-end
 local q
 q, window = quotaOf(qkey, p, window)
 if q.err then return q end
 local maxActive = num(q.max_active)
+if ARGV[9] ~= "" and maxActive == 0 then
+  -- A run started whose principal's runs do not count while they run
+  -- (no max_active, as published): it leaves the census, and with
+  -- nothing held there is nothing to release.
+  redis.call("ZREM", claim, ARGV[9])
+  if redis.call("EXISTS", group) == 0 then return 0 end
+end
 local waiting, active = census(claim, tp, maxActive > 0, done, ARGV[9])
 return release(group, groups, pending, claim, tp, gname, window, maxActive, waiting, active, ms, ns, chan)
 `)
