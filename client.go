@@ -187,8 +187,10 @@ func (c *Client) prepare(ctx context.Context, spec *tasks.Spec) ([]byte, taskOpt
 	return payload, taskOpts{maxRetry: maxRetry, timeout: ceilSecond(timeout + c.opts.Grace)}, nil
 }
 
-// admit admits the run just enqueued as task id, held in its principal's
-// line, against its principal's quota in its queue, and releases it into
+// admit admits task id, a run held in its principal's line but never
+// admitted (enqueued by an earlier client, which did it in two steps and
+// may have lost Redis between them: enqueueOnce finds it so), against its
+// principal's quota in its queue, and releases it into
 // the queue when the principal's fair share allows (waking the queue's
 // idle workers then): a quota's refusal deletes the task and is an error
 // matching ErrQuota (a *QuotaError). A failure to admit leaves the task

@@ -104,23 +104,10 @@ func (c *Client) waitFrom(ctx context.Context, queue, taskID, from string, looke
 		// One read of the task's hash (peek) decides a run that ended
 		// with its record, or one that is not done; the Inspector (four
 		// commands) only a task that is gone or archived without one.
-		state, result, err := c.peek(ctx, queue, taskID)
-		if err != nil {
-			return false, fmt.Errorf("airlock: waiting for task %s in queue %q: %w", taskID, queue, err)
+		info, err := c.peek(ctx, queue, taskID)
+		if err == nil && info == nil {
+			info, err = c.insp.GetTaskInfo(queue, taskID)
 		}
-		if state != 0 && (state != asynq.TaskStateArchived || len(result) > 0) {
-			last = state
-			switch {
-			case state == asynq.TaskStateCompleted, state == asynq.TaskStateArchived,
-				// The worker's event comes once the record is stored, just
-				// before asynq marks the task completed.
-				eventSaysDone && len(result) > 0:
-				rec, err = decodeResult(queue, taskID, state, result)
-				return true, err
-			}
-			return false, nil
-		}
-		info, err := c.insp.GetTaskInfo(queue, taskID)
 		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
 			// A refused run's task is gone: its record is the refusal's.
 			r, err := c.refusedRecord(ctx, queue, taskID, err)
@@ -137,6 +124,8 @@ func (c *Client) waitFrom(ctx context.Context, queue, taskID, from string, looke
 		switch {
 		case info.State == asynq.TaskStateCompleted,
 			info.State == asynq.TaskStateArchived && len(info.Result) > 0,
+			// The worker's event comes once the record is stored, just
+			// before asynq marks the task completed.
 			eventSaysDone && len(info.Result) > 0:
 			rec, err = decodeRecord(info)
 			return true, err
@@ -173,33 +162,37 @@ func (c *Client) waitFrom(ctx context.Context, queue, taskID, from string, looke
 
 // decodeRecord decodes the run record a worker stored as the task's result.
 func decodeRecord(info *asynq.TaskInfo) (*record.Run, error) {
-	return decodeResult(info.Queue, info.ID, info.State, info.Result)
-}
-
-// decodeResult decodes the run record a worker stored as the result of
-// task id of queue, in state.
-func decodeResult(queue, id string, state asynq.TaskState, result []byte) (*record.Run, error) {
-	if len(result) == 0 {
-		return nil, fmt.Errorf("airlock: task %s in queue %q is %s without a run record (was it run by an Airlock worker?)", id, queue, state)
+	if len(info.Result) == 0 {
+		return nil, fmt.Errorf("airlock: task %s in queue %q is %s without a run record (was it run by an Airlock worker?)", info.ID, info.Queue, info.State)
 	}
 	var r record.Run
-	if err := json.Unmarshal(result, &r); err != nil {
-		return nil, fmt.Errorf("airlock: task %s in queue %q: its result is not a run record: %w", id, queue, err)
+	if err := json.Unmarshal(info.Result, &r); err != nil {
+		return nil, fmt.Errorf("airlock: task %s in queue %q: its result is not a run record: %w", info.ID, info.Queue, err)
 	}
 	return &r, nil
 }
 
 // peek reads task id's state and result (its run record) from its hash
-// in asynq's keys, in one command. state is 0 when the hash is gone or
-// holds a state asynq v0.26 does not name.
-func (c *Client) peek(ctx context.Context, queue, id string) (state asynq.TaskState, result []byte, err error) {
+// in asynq's keys, in one command: a TaskInfo with only those, or nil
+// when they do not decide a wait (the hash is gone, holds a state asynq
+// v0.26 does not name, or is archived without a record: the Inspector
+// then reads the rest).
+func (c *Client) peek(ctx context.Context, queue, id string) (*asynq.TaskInfo, error) {
 	v, err := c.rdb.HMGet(ctx, asynqkey.Task(queue, id), "state", "result").Result()
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	st, _ := v[0].(string)
 	res, _ := v[1].(string)
-	return taskStates[st], []byte(res), nil
+	state := taskStates[st]
+	if state == 0 || state == asynq.TaskStateArchived && res == "" {
+		return nil, nil
+	}
+	info := &asynq.TaskInfo{ID: id, Queue: queue, State: state}
+	if res != "" {
+		info.Result = []byte(res)
+	}
+	return info, nil
 }
 
 // taskInfo reads task id of queue as asynq's Inspector.GetTaskInfo does,

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/airlock-run/airlock/events"
 )
 
 // Output is one piece of a step's output.
@@ -52,7 +54,7 @@ type Conn struct {
 // NewConn returns the output streams of rdb under prefix.
 func NewConn(rdb redis.UniversalClient, prefix string) *Conn {
 	if prefix == "" {
-		prefix = "airlock:"
+		prefix = events.DefaultPrefix
 	}
 	return &Conn{rdb: rdb, prefix: prefix}
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/airlock-run/airlock/events"
+
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -24,7 +26,7 @@ type Conn struct {
 // NewConn returns the sessions of rdb under prefix.
 func NewConn(rdb redis.UniversalClient, prefix string) *Conn {
 	if prefix == "" {
-		prefix = "airlock:"
+		prefix = events.DefaultPrefix
 	}
 	return &Conn{rdb: rdb, prefix: prefix}
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/airlock-run/airlock/record"
-	"github.com/airlock-run/airlock/tasks"
 )
 
 // ceilPoll is how often the section reads the queues' processed counters
@@ -287,36 +286,22 @@ type ceilRecord struct {
 // are, and the tasks besides runs.
 func (fl *fleet) verify(ctx context.Context, q string, k ceilKind) (runs, others int, err error) {
 	prefix := q + "-" + k.name + "-"
-	seen := map[string]bool{}
-	for page := 1; ; page++ {
-		ts, err := fl.insp.ListCompletedTasks(q, asynq.PageSize(1000), asynq.Page(page))
-		if err != nil {
-			return 0, 0, err
+	others, err = eachCompletedRun(fl.insp, q, func(t *asynq.TaskInfo) error {
+		var rec ceilRecord
+		if err := json.Unmarshal(t.Result, &rec); err != nil {
+			return fmt.Errorf("task %s: result is not a record: %w", t.ID, err)
 		}
-		for _, t := range ts {
-			if seen[t.ID] {
-				continue
-			}
-			seen[t.ID] = true
-			if t.Type != tasks.TypeRun {
-				others++
-				continue
-			}
-			var rec ceilRecord
-			if err := json.Unmarshal(t.Result, &rec); err != nil {
-				return 0, 0, fmt.Errorf("task %s: result is not a record: %w", t.ID, err)
-			}
-			if !strings.HasPrefix(rec.RunID, prefix) {
-				continue
-			}
-			if rec.Verdict != record.VerdictOK || rec.State != k.want {
-				return 0, 0, fmt.Errorf("run %s: state %s, verdict %s, want %s, ok (%s)", rec.RunID, rec.State, rec.Verdict, k.want, rec.Error)
-			}
-			runs++
+		if !strings.HasPrefix(rec.RunID, prefix) {
+			return nil
 		}
-		if len(ts) < 1000 {
-			break
+		if rec.Verdict != record.VerdictOK || rec.State != k.want {
+			return fmt.Errorf("run %s: state %s, verdict %s, want %s, ok (%s)", rec.RunID, rec.State, rec.Verdict, k.want, rec.Error)
 		}
+		runs++
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
 	}
 	o := others - fl.others[q]
 	fl.others[q] = others

@@ -280,13 +280,44 @@ func (h *harness) forget(srv *child, root string) {
 // the approval ids of promoted runs for cleanup and the isolation tiers of
 // the first Airlock record for the report.
 func (h *harness) checkRecords(ctx context.Context, sys string, wl workload, q string) (runs, others int, err error) {
-	// Pages are ranges of a sorted set that may grow meanwhile: a task can
-	// show on two pages.
+	others, err = eachCompletedRun(h.insp, q, func(t *asynq.TaskInfo) error {
+		runs++
+		var rec recordView
+		if err := json.Unmarshal(t.Result, &rec); err != nil {
+			return fmt.Errorf("task %s: result is not a record: %w", t.ID, err)
+		}
+		if rec.Verdict != record.VerdictOK {
+			return fmt.Errorf("task %s: verdict %s (%s)", t.ID, rec.Verdict, rec.Error)
+		}
+		want := record.StateCompleted
+		if sys == systemAirlock && wl.name == "script" && outputSupport {
+			want = record.StatePromoted
+		}
+		if rec.State != want {
+			return fmt.Errorf("task %s: state %s, want %s (%s)", t.ID, rec.State, want, rec.Error)
+		}
+		if sys == systemAirlock && h.rep.Machine.Tiers == nil {
+			h.rep.Machine.Tiers = rec.Isolation
+			h.rep.Machine.Quota = rec.Isolation.Quota
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return runs, others, nil
+}
+
+// eachCompletedRun hands f each completed task of queue q that is a run,
+// once, and returns how many other completed tasks q holds (promotions).
+// Pages are ranges of a sorted set that may grow meanwhile: a task can
+// show on two pages.
+func eachCompletedRun(insp *asynq.Inspector, q string, f func(t *asynq.TaskInfo) error) (others int, err error) {
 	seen := map[string]bool{}
 	for page := 1; ; page++ {
-		ts, err := h.insp.ListCompletedTasks(q, asynq.PageSize(1000), asynq.Page(page))
+		ts, err := insp.ListCompletedTasks(q, asynq.PageSize(1000), asynq.Page(page))
 		if err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 		for _, t := range ts {
 			if seen[t.ID] {
@@ -297,28 +328,12 @@ func (h *harness) checkRecords(ctx context.Context, sys string, wl workload, q s
 				others++
 				continue
 			}
-			runs++
-			var rec recordView
-			if err := json.Unmarshal(t.Result, &rec); err != nil {
-				return 0, 0, fmt.Errorf("task %s: result is not a record: %w", t.ID, err)
-			}
-			if rec.Verdict != record.VerdictOK {
-				return 0, 0, fmt.Errorf("task %s: verdict %s (%s)", t.ID, rec.Verdict, rec.Error)
-			}
-			want := record.StateCompleted
-			if sys == systemAirlock && wl.name == "script" && outputSupport {
-				want = record.StatePromoted
-			}
-			if rec.State != want {
-				return 0, 0, fmt.Errorf("task %s: state %s, want %s (%s)", t.ID, rec.State, want, rec.Error)
-			}
-			if sys == systemAirlock && h.rep.Machine.Tiers == nil {
-				h.rep.Machine.Tiers = rec.Isolation
-				h.rep.Machine.Quota = rec.Isolation.Quota
+			if err := f(t); err != nil {
+				return 0, err
 			}
 		}
 		if len(ts) < 1000 {
-			return runs, others, nil
+			return others, nil
 		}
 	}
 }

@@ -141,20 +141,21 @@ func Enqueue(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, 
 	k := keysOf(prefix, queue, principal)
 	now := time.Now()
 	minute := now.Unix() / 60
-	sess := boolArg(session)
 	res, err := enqueueScript.Run(ctx, rdb,
 		[]string{k.taskPrefix + taskID, k.group, k.groups, k.pending, k.claim, k.sessions, k.quotas,
 			k.rpm + strconv.FormatInt(minute, 10), k.rpm + strconv.FormatInt(minute-1, 10)},
-		k.taskPrefix, k.gname, principal, taskID, now.UnixMilli(), now.UnixNano(), Window, sess, k.wake,
+		k.taskPrefix, k.gname, principal, taskID, now.UnixMilli(), now.UnixNano(), Window, boolArg(session), k.wake,
 		now.UnixMilli()%60000, now.UnixMicro(), msg).Slice()
 	if err != nil {
 		return fmt.Errorf("fairshare: enqueueing run %s in queue %q: %w", taskID, queue, err)
 	}
-	return enqueueReply(res, principal, queue)
+	return admitReply(res, principal, queue)
 }
 
-// enqueueReply reads enqueueScript's reply.
-func enqueueReply(res []any, principal, queue string) error {
+// admitReply reads the reply of admitScript or enqueueScript: {1, ...}
+// admitted, {-1} the id is taken, {0, quota, limit, retry after (s)}
+// refused.
+func admitReply(res []any, principal, queue string) error {
 	switch {
 	case len(res) == 1:
 		return ErrExists
@@ -178,23 +179,13 @@ func Admit(ctx context.Context, rdb redis.Scripter, prefix, queue, principal, ta
 	k := keysOf(prefix, queue, principal)
 	now := time.Now()
 	minute := now.Unix() / 60
-	sess := "0"
-	if session {
-		sess = "1"
-	}
 	res, err := admitScript.Run(ctx, rdb,
 		[]string{k.group, k.groups, k.pending, k.claim, k.sessions, k.quotas, k.rpm + strconv.FormatInt(minute, 10), k.rpm + strconv.FormatInt(minute-1, 10)},
-		k.taskPrefix, k.gname, principal, taskID, now.UnixMilli(), now.UnixNano(), Window, sess, k.wake, now.UnixMilli()%60000, now.UnixMicro()).Slice()
+		k.taskPrefix, k.gname, principal, taskID, now.UnixMilli(), now.UnixNano(), Window, boolArg(session), k.wake, now.UnixMilli()%60000, now.UnixMicro()).Slice()
 	if err != nil {
 		return fmt.Errorf("fairshare: admitting run %s of queue %q: %w", taskID, queue, err)
 	}
-	if len(res) == 4 {
-		name, _ := res[1].(string)
-		limit, _ := res[2].(int64)
-		after, _ := res[3].(int64)
-		return &QuotaError{Quota: name, Principal: principal, Queue: queue, Limit: limit, RetryAfter: time.Duration(after) * time.Second}
-	}
-	return nil
+	return admitReply(res, principal, queue)
 }
 
 // Release releases what principal's share of queue allows now (the

@@ -239,28 +239,31 @@ func TestRefusals(t *testing.T) {
 		{policy.Quota{RunsPerMinute: 2}, policy.QuotaRunsPerMinute, false, 2},
 		{policy.Quota{MaxSessions: 1}, policy.QuotaMaxSessions, true, 1},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, map[string]policy.Quota{"a": tc.quota, policy.AnyPrincipal: {MaxQueued: 100}})
-			for i := range tc.admits {
-				if _, err := f.enqueue("a", tc.session); err != nil {
-					t.Fatalf("admission %d: %v", i+1, err)
+		for _, twoSteps := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/twoSteps=%v", tc.name, twoSteps), func(t *testing.T) {
+				f := newFixture(t, map[string]policy.Quota{"a": tc.quota, policy.AnyPrincipal: {MaxQueued: 100}})
+				f.twoSteps = twoSteps
+				for i := range tc.admits {
+					if _, err := f.enqueue("a", tc.session); err != nil {
+						t.Fatalf("admission %d: %v", i+1, err)
+					}
 				}
-			}
-			id, err := f.enqueue("a", tc.session)
-			var qe *fairshare.QuotaError
-			if !errors.As(err, &qe) || !errors.Is(err, fairshare.ErrQuota) {
-				t.Fatalf("admission past the quota: %v, want a *QuotaError", err)
-			}
-			if qe.Quota != tc.name || qe.Principal != "a" || qe.Queue != f.queue || qe.RetryAfter <= 0 || qe.RetryAfter > 2*time.Minute {
-				t.Errorf("refusal %+v", qe)
-			}
-			if n, _ := f.rdb.Exists(f.ctx, asynqkey.Task(f.queue, id)).Result(); n != 0 {
-				t.Error("the refused run's task is still in Redis")
-			}
-			if _, err := f.enqueue("b", tc.session); err != nil {
-				t.Errorf("b (under \"*\"): %v", err)
-			}
-		})
+				id, err := f.enqueue("a", tc.session)
+				var qe *fairshare.QuotaError
+				if !errors.As(err, &qe) || !errors.Is(err, fairshare.ErrQuota) {
+					t.Fatalf("admission past the quota: %v, want a *QuotaError", err)
+				}
+				if qe.Quota != tc.name || qe.Principal != "a" || qe.Queue != f.queue || qe.RetryAfter <= 0 || qe.RetryAfter > 2*time.Minute {
+					t.Errorf("refusal %+v", qe)
+				}
+				if n, _ := f.rdb.Exists(f.ctx, asynqkey.Task(f.queue, id)).Result(); n != 0 {
+					t.Error("the refused run's task is still in Redis")
+				}
+				if _, err := f.enqueue("b", tc.session); err != nil {
+					t.Errorf("b (under \"*\"): %v", err)
+				}
+			})
+		}
 	}
 }
 

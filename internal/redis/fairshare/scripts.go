@@ -2,8 +2,9 @@ package fairshare
 
 import "github.com/redis/go-redis/v9"
 
-// The Lua both scripts share: a principal's quota, the census of its
-// claimed runs, and the release of its held runs into the queue.
+// The Lua the scripts share: a principal's quota, the quotas that refuse
+// a new run and its count against them, the census of its claimed runs,
+// and the release of its held runs into the queue.
 //
 // Keys of one queue q and principal p, all in q's Cluster slot (hash tag
 // {q}, asynq's own):
@@ -66,6 +67,49 @@ local function rpmWait(prev, cur, rpm, into)
   local y = 0
   if cur > 0 then y = math.max(0, 60000 * (1 - (rpm - 1) / cur)) end
   return (60000 - into) + y
+end
+
+-- refusal checks a new run against the quotas that refuse one
+-- (runs_per_minute: the counts of this minute and the last at rpmNow and
+-- rpmLast; max_sessions, for a session, from p's open sessions, dropping
+-- those that ended) and returns {quota, limit, retry after (s)} past one,
+-- or nil.
+local function refusal(q, tp, isSession, sessions, rpmNow, rpmLast, into)
+  local rpm = num(q.runs_per_minute)
+  if rpm > 0 then
+    local cur = tonumber(redis.call("GET", rpmNow)) or 0
+    local prev = tonumber(redis.call("GET", rpmLast)) or 0
+    if prev * (60000 - into) / 60000 + cur + 1 > rpm then
+      return {"runs_per_minute", rpm, math.max(1, math.ceil(rpmWait(prev, cur, rpm, into) / 1000))}
+    end
+  end
+  local maxSessions = num(q.max_sessions)
+  if isSession and maxSessions > 0 then
+    local open = 0
+    for _, sid in ipairs(redis.call("ZRANGE", sessions, 0, -1)) do
+      local st = redis.call("HGET", tp .. sid, "state")
+      if st and st ~= "completed" and st ~= "archived" then
+        open = open + 1
+      else
+        redis.call("ZREM", sessions, sid)
+      end
+    end
+    if open >= maxSessions then return {"max_sessions", maxSessions, 5} end
+  end
+  return nil
+end
+
+-- counted counts run id, admitted at ms, against the quotas refusal
+-- checks.
+local function counted(q, id, isSession, sessions, rpmNow, ms)
+  if num(q.runs_per_minute) > 0 then
+    redis.call("INCR", rpmNow)
+    redis.call("PEXPIRE", rpmNow, 120000)
+  end
+  if isSession and num(q.max_sessions) > 0 then
+    redis.call("ZADD", sessions, ms, id)
+    redis.call("PEXPIRE", sessions, 86400000)
+  end
 end
 
 -- census counts p's claimed runs that wait (pending, retry, scheduled) and,
@@ -167,41 +211,15 @@ local function refuse(name, limit, after)
   return {0, name, limit, after}
 end
 
-local rpm = num(q.runs_per_minute)
-if rpm > 0 then
-  local cur = tonumber(redis.call("GET", KEYS[7])) or 0
-  local prev = tonumber(redis.call("GET", KEYS[8])) or 0
-  if prev * (60000 - into) / 60000 + cur + 1 > rpm then
-    return refuse("runs_per_minute", rpm, math.max(1, math.ceil(rpmWait(prev, cur, rpm, into) / 1000)))
-  end
-end
-local maxSessions = num(q.max_sessions)
-if isSession and maxSessions > 0 then
-  local open = 0
-  for _, sid in ipairs(redis.call("ZRANGE", sessions, 0, -1)) do
-    local st = redis.call("HGET", tp .. sid, "state")
-    if st and st ~= "completed" and st ~= "archived" then
-      open = open + 1
-    else
-      redis.call("ZREM", sessions, sid)
-    end
-  end
-  if open >= maxSessions then return refuse("max_sessions", maxSessions, 5) end
-end
+local r = refusal(q, tp, isSession, sessions, KEYS[7], KEYS[8], into)
+if r then return refuse(r[1], r[2], r[3]) end
 local waiting, active = census(claim, tp, maxActive > 0, "", "")
 local maxQueued = num(q.max_queued)
 if maxQueued > 0 and redis.call("ZCARD", group) + waiting > maxQueued then
   return refuse("max_queued", maxQueued, 5)
 end
-if rpm > 0 then
-  redis.call("INCR", KEYS[7])
-  redis.call("PEXPIRE", KEYS[7], 120000)
-end
+counted(q, id, isSession, sessions, KEYS[7], ms)
 redis.call("ZADD", group, score, id)
-if isSession and maxSessions > 0 then
-  redis.call("ZADD", sessions, ms, id)
-  redis.call("PEXPIRE", sessions, 86400000)
-end
 return {1, release(group, groups, pending, claim, tp, gname, window, maxActive, waiting, active, ms, ns, chan)}
 `)
 
@@ -228,41 +246,15 @@ local q
 q, window = quotaOf(qkey, p, window)
 if q.err then return q end
 local maxActive = num(q.max_active)
-local rpm = num(q.runs_per_minute)
-if rpm > 0 then
-  local cur = tonumber(redis.call("GET", KEYS[8])) or 0
-  local prev = tonumber(redis.call("GET", KEYS[9])) or 0
-  if prev * (60000 - into) / 60000 + cur + 1 > rpm then
-    return {0, "runs_per_minute", rpm, math.max(1, math.ceil(rpmWait(prev, cur, rpm, into) / 1000))}
-  end
-end
-local maxSessions = num(q.max_sessions)
-if isSession and maxSessions > 0 then
-  local open = 0
-  for _, sid in ipairs(redis.call("ZRANGE", sessions, 0, -1)) do
-    local st = redis.call("HGET", tp .. sid, "state")
-    if st and st ~= "completed" and st ~= "archived" then
-      open = open + 1
-    else
-      redis.call("ZREM", sessions, sid)
-    end
-  end
-  if open >= maxSessions then return {0, "max_sessions", maxSessions, 5} end
-end
+local r = refusal(q, tp, isSession, sessions, KEYS[8], KEYS[9], into)
+if r then return {0, r[1], r[2], r[3]} end
 local waiting, active = census(claim, tp, maxActive > 0, "", "")
 local held = redis.call("ZCARD", group)
 local maxQueued = num(q.max_queued)
 if maxQueued > 0 and held + 1 + waiting > maxQueued then
   return {0, "max_queued", maxQueued, 5}
 end
-if rpm > 0 then
-  redis.call("INCR", KEYS[8])
-  redis.call("PEXPIRE", KEYS[8], 120000)
-end
-if isSession and maxSessions > 0 then
-  redis.call("ZADD", sessions, ms, id)
-  redis.call("PEXPIRE", sessions, 86400000)
-end
+counted(q, id, isSession, sessions, KEYS[8], ms)
 local room = window - waiting
 if maxActive > 0 then room = math.min(room, maxActive - waiting - active) end
 if held == 0 and room > 0 then
