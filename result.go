@@ -2,6 +2,8 @@ package airlock
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -178,4 +180,33 @@ func readPublication(ctx context.Context, where, taskID, runID, queue string) (*
 		p.Result = rb
 	}
 	return p, nil
+}
+
+// PublishedArtifact returns the bytes of artifact name of the published
+// output of task taskID of queue (read as Result reads), at most max
+// bytes; the manifest must list the artifact, and the bytes must have
+// the digest it gives. A run whose output is not published gives a
+// *NotPromotedError.
+func (c *Client) PublishedArtifact(ctx context.Context, queue, taskID, name string, max int64) ([]byte, error) {
+	p, err := c.ResultIn(ctx, queue, taskID)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range p.Manifest.Artifacts {
+		if a.Name != name {
+			continue
+		}
+		if a.Bytes > max {
+			return nil, fmt.Errorf("airlock: artifact %s of task %s is %d bytes, more than %d", name, taskID, a.Bytes, max)
+		}
+		b, err := storage.ReadFile(ctx, p.Where, name, max)
+		if err != nil {
+			return nil, storeError{fmt.Errorf("airlock: %s: %w", p.Where, err)}
+		}
+		if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != a.SHA256 {
+			return nil, fmt.Errorf("airlock: artifact %s of task %s in %s does not have the digest its manifest gives", name, taskID, p.Where)
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("airlock: task %s published no artifact %q", taskID, name)
 }

@@ -72,7 +72,13 @@ type RunSummary struct {
 	// Principal is who asked for the run (the run record's principal):
 	// the API token's name, the MCP server's -principal; empty when the
 	// enqueuer named nobody.
-	Principal string    `json:"principal,omitempty"`
+	Principal string `json:"principal,omitempty"`
+	// Action is the catalog action the run ran (the run record's
+	// action); empty for a free-form spec.
+	Action string `json:"action,omitempty"`
+	// Secrets are the names of the secrets the run was granted (the
+	// spec's, or its action's), never their values.
+	Secrets   []string  `json:"secrets,omitempty"`
 	Attempt   int       `json:"attempt"`
 	StartedAt time.Time `json:"started_at"`
 	// StepsMS is the time its steps took, together (the run record's
@@ -95,7 +101,10 @@ type Approval struct {
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Reasons   []string  `json:"reasons"`
-	Result    []byte    `json:"result,omitempty"` // the run's JSON result, as produced
+	// Checked are the values of the result the policy's deciding rules
+	// looked at (record.Decision.Checked).
+	Checked []record.Check `json:"checked,omitempty"`
+	Result  []byte         `json:"result,omitempty"` // the run's JSON result, as produced
 	// ResultSHA256 is the hex sha256 of Result, checked again at promotion.
 	ResultSHA256 string            `json:"result_sha256,omitempty"`
 	Artifacts    []record.Artifact `json:"artifacts"`

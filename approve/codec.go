@@ -71,6 +71,16 @@ func encode(a *Approval) ([]any, error) {
 	if a.Run.Principal != "" {
 		p = append(p, fPrincipal, a.Run.Principal)
 	}
+	if len(a.Checked) > 0 {
+		checked, err := json.Marshal(a.Checked)
+		if err != nil {
+			return nil, err
+		}
+		p = append(p, fChecked, string(checked))
+	}
+	if a.Run.Action != "" {
+		p = append(p, fAction, a.Run.Action)
+	}
 	if a.StagedBytes > 0 {
 		p = append(p, fStaged, strconv.FormatInt(a.StagedBytes, 10))
 	}
@@ -110,7 +120,7 @@ func setField(a *Approval, name, v string) error {
 	case fArtifacts:
 		err = json.Unmarshal([]byte(v), &a.Artifacts)
 	case fRun:
-		q, pr := a.Run.Queue, a.Run.Principal
+		q, pr, ac := a.Run.Queue, a.Run.Principal, a.Run.Action
 		err = json.Unmarshal([]byte(v), &a.Run)
 		if q != "" {
 			a.Run.Queue = q
@@ -118,10 +128,17 @@ func setField(a *Approval, name, v string) error {
 		if pr != "" {
 			a.Run.Principal = pr
 		}
+		if ac != "" {
+			a.Run.Action = ac
+		}
 	case fQueue:
 		a.Run.Queue = v
 	case fPrincipal:
 		a.Run.Principal = v
+	case fAction:
+		a.Run.Action = v
+	case fChecked:
+		err = json.Unmarshal([]byte(v), &a.Checked)
 	case fByNote:
 		a.ByNote = v
 	case fResult:

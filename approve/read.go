@@ -300,3 +300,77 @@ func (s *Store) Watch(ctx context.Context, since string, fn func(*Approval) erro
 		}
 	}
 }
+
+// Scan reads the approvals in state (as List: newest first, summary
+// fields only) from position start of its index, and returns up to limit
+// of them that keep accepts (keep nil accepts all), having looked at no
+// more than maxScan entries (at least limit). next is the position to
+// scan from for the rest, -1 when the index has no more. Positions move
+// as approvals come and go: a page read from next may repeat or miss one
+// that changed meanwhile.
+func (s *Store) Scan(ctx context.Context, state State, start int64, limit, maxScan int, keep func(*Approval) bool) (out []*Approval, next int64, err error) {
+	key := s.index(string(state))
+	now := s.now()
+	maxScan = max(maxScan, limit)
+	pos, scanned := max(start, 0), 0
+	for {
+		window := int64(min(summaryChunk, maxScan-scanned))
+		ids, err := s.rdb.ZRevRange(ctx, key, pos, pos+window-1).Result()
+		if err != nil {
+			return nil, 0, fmt.Errorf("approve: list: %w", err)
+		}
+		as, err := s.summaries(ctx, ids)
+		if err != nil {
+			return nil, 0, err
+		}
+		var stale []any
+		full := false
+		for i, a := range as {
+			if full {
+				break
+			}
+			scanned++
+			if a.ID == "" || (state != StateAll && a.State != state) {
+				stale = append(stale, ids[i]) // leaves the index: later ones move up
+				continue
+			}
+			pos++
+			expired := a.State == StatePending && state == StatePending && !a.ExpiresAt.IsZero() && !now.Before(a.ExpiresAt)
+			if !expired && (keep == nil || keep(a)) {
+				out = append(out, a)
+				full = len(out) >= limit
+			}
+		}
+		if len(stale) > 0 {
+			if err := s.rdb.ZRem(ctx, key, stale...).Err(); err != nil {
+				return nil, 0, fmt.Errorf("approve: list: %w", err)
+			}
+		}
+		switch {
+		case int64(len(ids)) < window && !full:
+			return out, -1, nil
+		case full || scanned >= maxScan:
+			if n, err := s.rdb.ZCard(ctx, key).Result(); err == nil && pos >= n {
+				return out, -1, nil
+			}
+			return out, pos, nil
+		}
+	}
+}
+
+// Queue returns the queue of approval id's run ("" for none recorded), or
+// ErrNotFound.
+func (s *Store) Queue(ctx context.Context, id string) (string, error) {
+	if err := checkID(id); err != nil {
+		return "", err
+	}
+	v, err := s.rdb.HMGet(ctx, s.hashKey(id), fID, fQueue).Result()
+	if err != nil {
+		return "", fmt.Errorf("approve: queue of %s: %w", id, err)
+	}
+	if v[0] == nil {
+		return "", fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	q, _ := v[1].(string)
+	return q, nil
+}

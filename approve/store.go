@@ -229,10 +229,12 @@ const (
 	fStaged    = "staged_bytes"
 	fByNote    = "by_note"
 	fPrincipal = "principal" // the run summary's, kept apart as the queue is (List reads it)
+	fAction    = "action"    // the run summary's too
+	fChecked   = "checked"
 	fTrace     = "trace_parent"
 )
 
 // summaryFields are what List reads: neither the result, the artifacts nor
 // the run summary (except its queue).
 var summaryFields = []string{fID, fTaskID, fRunID, fState, fCreatedAt, fExpiresAt, fReasons,
-	fQueue, fDecidedBy, fDecidedAt, fComment, fPromoted, fStaged, fByNote, fPrincipal}
+	fQueue, fDecidedBy, fDecidedAt, fComment, fPromoted, fStaged, fByNote, fPrincipal, fAction}

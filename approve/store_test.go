@@ -56,13 +56,14 @@ func sample(id, queue string) (*approve.Approval, map[string][]byte) {
 	exit := 0
 	return &approve.Approval{
 		ID: id, TaskID: "task-" + id, RunID: "run-" + id, State: approve.StatePending,
-		Reasons: []string{"artifacts matched out/*.csv"},
+		Reasons: []string{"artifacts matched out/*.csv", "rule big: /total is 42 > 10"},
+		Checked: []record.Check{{Rule: "big", Pointer: "/total"}},
 		Result:  []byte(`{"total":42}`),
 		Artifacts: []record.Artifact{
 			{Name: "out/report.csv", Bytes: int64(len(data)), SHA256: digest(data), ContentType: "text/csv"},
 		},
 		Run: approve.RunSummary{
-			Queue: queue, Attempt: 1, StepsMS: 12.5, Worker: "host/1",
+			Queue: queue, Action: "report", Secrets: []string{"PARTNER_TOKEN"}, Attempt: 1, StepsMS: 12.5, Worker: "host/1",
 			Steps: []approve.StepSummary{{Name: "sum", Argv: []string{"sh", "sum.sh"}, Verdict: "ok", ExitCode: &exit}},
 		},
 	}, map[string][]byte{"out/report.csv": data}
@@ -104,6 +105,10 @@ func TestParkGet(t *testing.T) {
 	}
 	if diff := cmp.Diff(got, stored); diff != "" {
 		t.Errorf("Get differs from what Park returned (-park +get):\n%s", diff)
+	}
+	// A list reads the action with the summary fields.
+	if l, err := s.List(ctx, approve.StatePending, 1); err != nil || len(l) != 1 || l[0].Summary().Action != "report" {
+		t.Errorf("List = %+v, %v: want the action", l, err)
 	}
 	b, err := s.Data(ctx, a.ID, "out/report.csv")
 	if err != nil || string(b) != string(data["out/report.csv"]) {
@@ -615,7 +620,7 @@ func TestList(t *testing.T) {
 		t.Errorf("the stale pending entry was not dropped")
 	}
 	l, _ := s.List(ctx, "", 1)
-	if a := l[0]; a.Run.Queue != q || a.RunID != "run-"+ids[5] || len(a.Reasons) != 1 || a.CreatedAt.IsZero() {
+	if a := l[0]; a.Run.Queue != q || a.RunID != "run-"+ids[5] || len(a.Reasons) != 2 || a.CreatedAt.IsZero() || a.Run.Action != "report" {
 		t.Errorf("List's summary: %+v", a)
 	}
 	if _, err := s.List(ctx, "bogus", 0); err == nil {

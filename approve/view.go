@@ -52,6 +52,7 @@ type Summary struct {
 	ExpiresAt  time.Time `json:"expires_at,omitzero"`
 	Reasons    []string  `json:"reasons"`
 	Principal  string    `json:"principal,omitempty"`
+	Action     string    `json:"action,omitempty"`
 	DecidedBy  string    `json:"decided_by,omitempty"`
 	ByNote     string    `json:"by_note,omitempty"`
 	DecidedAt  time.Time `json:"decided_at,omitzero"`
@@ -65,6 +66,6 @@ func (a *Approval) Summary() Summary {
 		reasons = []string{}
 	}
 	return Summary{ID: a.ID, TaskID: a.TaskID, RunID: a.RunID, Queue: a.Run.Queue, State: a.State,
-		CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Reasons: reasons, Principal: a.Run.Principal,
+		CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Reasons: reasons, Principal: a.Run.Principal, Action: a.Run.Action,
 		DecidedBy: a.DecidedBy, ByNote: a.ByNote, DecidedAt: a.DecidedAt, PromotedAt: a.PromotedAt}
 }

@@ -231,14 +231,14 @@ func parseRule(n *node, field string) (*rule, error) {
 	if !ok {
 		return nil, fieldErr(n, field+".when", "is required: a rule needs at least one condition")
 	}
-	if r.conds, err = parseWhen(wn, field+".when"); err != nil {
+	if r.conds, err = parseWhen(wn, field+".when", r); err != nil {
 		return nil, err
 	}
 	r.envOK, r.sessionOK = saysTrue(wn, "secret_in_env"), saysTrue(wn, "session")
 	return r, nil
 }
 
-func parseWhen(n *node, field string) ([]cond, error) {
+func parseWhen(n *node, field string, r *rule) ([]cond, error) {
 	m, err := fields(n, field, "queue", "principal", "action", "artifact_bytes_over", "result", "network", "stderr", "secret_in_artifacts", "secret_in_env", "session")
 	if err != nil {
 		return nil, err
@@ -293,6 +293,7 @@ func parseWhen(n *node, field string) ([]cond, error) {
 			return nil, err
 		}
 		conds = append(conds, rc.eval)
+		r.pointer, r.looksAtResult = rc.pointer, true
 	}
 	flags := []struct {
 		key     string

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/airlock-run/airlock/policy"
+	"github.com/airlock-run/airlock/record"
 )
 
 func TestParseErrors(t *testing.T) {
@@ -178,6 +179,7 @@ rules:
 	}`
 	in := policy.Input{Queue: "payments", Result: []byte(`{"amount": 1000}`)}
 	want := park("big-payments", `rule big-payments: queue is "payments" and /amount is 1000 >= 1000`)
+	want.Checked = []record.Check{{Rule: "big-payments", Pointer: "/amount"}}
 	for format, text := range map[string]string{"yaml": yamlPolicy, ".yml": yamlPolicy, "JSON": jsonPolicy} {
 		p, err := policy.Parse([]byte(text), format)
 		if err != nil {

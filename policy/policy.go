@@ -164,6 +164,10 @@ type rule struct {
 	envOK bool
 	// sessionOK: the rule says session: true, so it may promote a session.
 	sessionOK bool
+	// looksAtResult: the rule has a result condition, on the value at
+	// pointer.
+	looksAtResult bool
+	pointer       string
 }
 
 // outcome is what a condition says of a run.
@@ -229,10 +233,12 @@ func (p *Policy) Evaluate(in Input) Decision {
 // when it parks too.
 func stricter(d Decision, reason string) Decision {
 	reasons := []string{reason}
+	var checked []record.Check
 	if d.Action == Park {
 		reasons = append(reasons, d.Reasons...)
+		checked = d.Checked
 	}
-	return Decision{Action: Park, Reasons: reasons, Rule: RuleSpec}
+	return Decision{Action: Park, Reasons: reasons, Rule: RuleSpec, Checked: checked}
 }
 
 // decide is the policy's decision, before the spec's approval. It fails
@@ -275,6 +281,9 @@ func (p *Policy) decide(in Input) Decision {
 			d.Reasons = append(d.Reasons, fmt.Sprintf("rule %s could not be evaluated, so it parks: %s", r.name, what))
 		} else {
 			d.Reasons = append(d.Reasons, fmt.Sprintf("rule %s: %s", r.name, what))
+		}
+		if r.looksAtResult {
+			d.Checked = append(d.Checked, record.Check{Rule: r.name, Pointer: r.pointer})
 		}
 	}
 	switch {

@@ -7,9 +7,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.uber.org/goleak"
 
 	"github.com/airlock-run/airlock/policy"
+	"github.com/airlock-run/airlock/record"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -35,6 +37,10 @@ func park(rule string, reasons ...string) policy.Decision {
 func promote(rule string, reasons ...string) policy.Decision {
 	return policy.Decision{Action: policy.Promote, Rule: rule, Reasons: reasons}
 }
+
+// ignoreChecked leaves out the values a decision says its rules looked
+// at: TestChecked checks them.
+var ignoreChecked = cmpopts.IgnoreFields(policy.Decision{}, "Checked")
 
 var noMatch = promote("default", "no rule matched: the policy's default is promote")
 
@@ -133,7 +139,7 @@ func TestEvaluateConditions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := mustParse(t, rule1(tt.cond)).Evaluate(tt.in)
-			if diff := cmp.Diff(tt.want, got); diff != "" {
+			if diff := cmp.Diff(tt.want, got, ignoreChecked); diff != "" {
 				t.Errorf("when %s, Evaluate(%+v) (-want +got):\n%s", tt.cond, tt.in, diff)
 			}
 		})
@@ -172,13 +178,13 @@ func TestFailClosed(t *testing.T) {
 				cond := fmt.Sprintf(`result: {pointer: /v, op: %q, value: %s}`, op, value)
 				parkRule := "default: promote\nrules:\n  - name: r\n    when:\n      " + cond + "\n    then: park\n"
 				want := park("r", "rule r could not be evaluated, so it parks: "+why)
-				if diff := cmp.Diff(want, mustParse(t, parkRule).Evaluate(policy.Input{Result: r.result})); diff != "" {
+				if diff := cmp.Diff(want, mustParse(t, parkRule).Evaluate(policy.Input{Result: r.result}), ignoreChecked); diff != "" {
 					t.Errorf("park rule, %s (-want +got):\n%s", cond, diff)
 				}
 				promoteRule := "default: park\nrules:\n  - name: r\n    when:\n      " + cond + "\n    then: promote\n"
 				want = park("default", "no rule matched: the policy's default is park",
 					"rule r could not be evaluated, so it does not promote: "+why)
-				if diff := cmp.Diff(want, mustParse(t, promoteRule).Evaluate(policy.Input{Result: r.result})); diff != "" {
+				if diff := cmp.Diff(want, mustParse(t, promoteRule).Evaluate(policy.Input{Result: r.result}), ignoreChecked); diff != "" {
 					t.Errorf("promote rule, %s (-want +got):\n%s", cond, diff)
 				}
 			})
@@ -187,12 +193,12 @@ func TestFailClosed(t *testing.T) {
 	// A condition that fails outright decides, whatever the unknown one:
 	// the rule does not apply.
 	p := mustParse(t, "default: promote\nrules:\n  - name: r\n    when:\n      queue: [payments]\n      result: {pointer: /v, op: \">\", value: 1000}\n    then: park\n")
-	if diff := cmp.Diff(noMatch, p.Evaluate(policy.Input{Queue: "default", Result: []byte(`{"v": "x"}`)})); diff != "" {
+	if diff := cmp.Diff(noMatch, p.Evaluate(policy.Input{Queue: "default", Result: []byte(`{"v": "x"}`)}), ignoreChecked); diff != "" {
 		t.Errorf("queue fails, result unknown (-want +got):\n%s", diff)
 	}
 	// exists is never unknown: a missing value is a plain no.
 	p = mustParse(t, rule1(`result: {pointer: /v, op: exists}`))
-	if diff := cmp.Diff(noMatch, p.Evaluate(policy.Input{})); diff != "" {
+	if diff := cmp.Diff(noMatch, p.Evaluate(policy.Input{}), ignoreChecked); diff != "" {
 		t.Errorf("exists without a result (-want +got):\n%s", diff)
 	}
 }
@@ -205,7 +211,7 @@ func TestEvaluateReasonQuotesLittleOfTheResult(t *testing.T) {
 	p := mustParse(t, rule1(`result: {pointer: /s, op: "!=", value: "y"}`))
 	got := p.Evaluate(policy.Input{Result: []byte(`{"s": "` + string(long) + `"}`)})
 	want := park("r", `rule r: /s is "`+string(long[:79])+`… != "y"`)
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, ignoreChecked); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
@@ -316,7 +322,7 @@ func TestEvaluateRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, p.Evaluate(tt.in)); diff != "" {
+			if diff := cmp.Diff(tt.want, p.Evaluate(tt.in), ignoreChecked); diff != "" {
 				t.Errorf("Evaluate(%+v) (-want +got):\n%s", tt.in, diff)
 			}
 		})
@@ -337,7 +343,7 @@ func TestEvaluateDefault(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := mustParse(t, tt.policy).Evaluate(policy.Input{Queue: "default"})
-			if diff := cmp.Diff(tt.want, got); diff != "" {
+			if diff := cmp.Diff(tt.want, got, ignoreChecked); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
@@ -352,13 +358,13 @@ func TestNoPolicy(t *testing.T) {
 			{Queue: "default", Action: "report", SpecApproval: "auto"},
 			{Result: []byte(`{"ok": true}`)},
 		} {
-			if diff := cmp.Diff(none, p.Evaluate(in)); diff != "" {
+			if diff := cmp.Diff(none, p.Evaluate(in), ignoreChecked); diff != "" {
 				t.Errorf("Evaluate(%+v) (-want +got):\n%s", in, diff)
 			}
 		}
 		got := p.Evaluate(policy.Input{SpecApproval: "always"})
 		want := park("spec", "spec asks approval: always", "no policy: every result is parked")
-		if diff := cmp.Diff(want, got); diff != "" {
+		if diff := cmp.Diff(want, got, ignoreChecked); diff != "" {
 			t.Errorf("with spec always (-want +got):\n%s", diff)
 		}
 	}
@@ -375,7 +381,7 @@ func TestEvaluateConcurrently(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 100 {
-				if diff := cmp.Diff(want, p.Evaluate(in)); diff != "" {
+				if diff := cmp.Diff(want, p.Evaluate(in), ignoreChecked); diff != "" {
 					t.Errorf("(-want +got):\n%s", diff)
 					return
 				}
@@ -420,5 +426,47 @@ func TestSessionPromotedOnlyBySessionRule(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestChecked: a decision names the values of the result its deciding
+// rules looked at, whether they held or could not be evaluated; a rule
+// that did not decide, or looks at no result, adds none; the spec's
+// approval: always keeps those of the policy's park.
+func TestChecked(t *testing.T) {
+	p := mustParse(t, `default: promote
+rules:
+  - name: big
+    when: {result: {pointer: /amount, op: ">", value: 100}}
+    then: park
+  - name: eur
+    when: {result: {pointer: /currency, op: "==", value: EUR}}
+    then: park
+  - name: queue-only
+    when: {queue: [q]}
+    then: park
+  - name: small
+    when: {result: {pointer: /amount, op: "<", value: 100}}
+    then: promote
+`)
+	in := policy.Input{Queue: "q", Result: []byte(`{"amount": 150, "currency": "EUR"}`)}
+	want := []record.Check{{Rule: "big", Pointer: "/amount"}, {Rule: "eur", Pointer: "/currency"}}
+	if diff := cmp.Diff(want, p.Evaluate(in).Checked); diff != "" {
+		t.Errorf("two park rules held (-want +got):\n%s", diff)
+	}
+	in.SpecApproval = policy.ApprovalAlways
+	if diff := cmp.Diff(want, p.Evaluate(in).Checked); diff != "" {
+		t.Errorf("approval: always (-want +got):\n%s", diff)
+	}
+	in = policy.Input{Queue: "other", Result: []byte(`{"amount": "x", "currency": "USD"}`)}
+	if diff := cmp.Diff([]record.Check{{Rule: "big", Pointer: "/amount"}}, p.Evaluate(in).Checked); diff != "" {
+		t.Errorf("a park rule that could not be evaluated (-want +got):\n%s", diff)
+	}
+	in = policy.Input{Queue: "other", Result: []byte(`{"amount": 5, "currency": "USD"}`)}
+	if d := p.Evaluate(in); d.Action != policy.Promote || !cmp.Equal(d.Checked, []record.Check{{Rule: "small", Pointer: "/amount"}}) {
+		t.Errorf("the promote rule that decided: %+v", d)
+	}
+	if d := p.Evaluate(policy.Input{Queue: "q", Result: []byte(`{"amount": 5, "currency": "USD"}`)}); d.Checked != nil {
+		t.Errorf("a rule with no result condition decided: checked %+v", d.Checked)
 	}
 }

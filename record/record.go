@@ -155,6 +155,17 @@ type Decision struct {
 	// rule, or the first matching promote rule), or "default", "spec" or
 	// "no-policy".
 	Rule string `json:"rule"`
+	// Checked are the values of the result that the rules which decided
+	// looked at (their result conditions), for the approver; absent when
+	// none did.
+	Checked []Check `json:"checked,omitempty"`
+}
+
+// Check is a value of the result a policy rule looked at: the rule's name
+// and the value's RFC 6901 JSON pointer ("" for the whole result).
+type Check struct {
+	Rule    string `json:"rule"`
+	Pointer string `json:"pointer"`
 }
 
 // Artifact is one file a run produced, with its digest: staged with its

@@ -243,7 +243,7 @@ func (w *Worker) decide(j *job, c checked) record.Decision {
 func (w *Worker) settle(ctx context.Context, spec *tasks.Spec, rec *record.Run, c checked, d record.Decision, aid string) outcome {
 	a := &approve.Approval{
 		ID: aid, TaskID: rec.TaskID, RunID: rec.RunID, State: approve.StatePending,
-		Reasons: d.Reasons, Result: c.result, ResultSHA256: rec.ResultSHA256, Artifacts: c.artifacts.Artifacts,
+		Reasons: d.Reasons, Checked: d.Checked, Result: c.result, ResultSHA256: rec.ResultSHA256, Artifacts: c.artifacts.Artifacts,
 		Run: summary(spec, rec), TraceParent: tracing.Traceparent(trace.SpanContextFromContext(ctx)),
 	}
 	if d.Action == record.Promote {
@@ -319,7 +319,7 @@ func approvalID(taskID string, payload []byte) string {
 // summary is what an approval keeps of the run record.
 func summary(spec *tasks.Spec, rec *record.Run) approve.RunSummary {
 	s := approve.RunSummary{
-		Queue: rec.Queue, Principal: rec.Principal, Attempt: rec.Attempt, StartedAt: rec.StartedAt,
+		Queue: rec.Queue, Principal: rec.Principal, Action: rec.Action, Secrets: slices.Sorted(slices.Values(spec.Secrets)), Attempt: rec.Attempt, StartedAt: rec.StartedAt,
 		Worker: rec.Worker, Network: spec.Network,
 		Limits: rec.Limits, Isolation: rec.Isolation, Workspace: rec.Workspace,
 	}

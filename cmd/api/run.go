@@ -35,7 +35,8 @@ const usageText = `usage: api -tokens FILE [flags]
        api -hash-token < TOKEN       print the sha256: form of a token, for the token file
 
 Serves Airlock's HTTP JSON API (docs/http-api.md; the OpenAPI document is
-served at /openapi.json). The token file holds one token per line:
+served at /openapi.json) and the approval console at /ui/ (-ui=false: not;
+docs/policy-and-approvals.md). The token file holds one token per line:
 
   NAME SCOPE[,SCOPE...] TOKEN [queues=Q[,Q...]] [actions=A[,A...]]
 
@@ -71,6 +72,7 @@ type options struct {
 	retention, shutdownTimeout time.Duration
 	logFormat, logLevel        string
 	hashToken                  bool
+	ui                         bool // -ui: the approval console at /ui/
 	webhooks                   []webhook.Endpoint
 }
 
@@ -134,6 +136,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 		}
 		return err
 	})
+	fs.BoolVar(&o.ui, "ui", true, "serve the approval console at /ui/ (sign in with a token that holds approvals:read; its session cookie is Secure: reach it over HTTPS, -tls-cert, or on localhost); -ui=false turns it off")
 	fs.BoolVar(&o.hashToken, "hash-token", false, "read a token on stdin and print its sha256: form, for the token file")
 	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return o, err
@@ -201,7 +204,7 @@ func serve(ctx context.Context, o options, tokens *httpapi.Tokens, log zerolog.L
 	defer rdb.Close()
 	h, err := httpapi.New(rdb, httpapi.Options{
 		Prefix: o.redis.Prefix, Retention: o.retention, MaxPayload: o.maxPayload, MaxBodyBytesInFlight: o.bodyInFlight, Tokens: tokens, Log: &log, Store: o.store,
-		MaxWaiters: o.maxWaiters,
+		MaxWaiters: o.maxWaiters, UI: o.ui,
 	})
 	if err != nil {
 		return err
@@ -242,6 +245,9 @@ func serve(ctx context.Context, o options, tokens *httpapi.Tokens, log zerolog.L
 	}()
 	log.Info().Str("addr", ln.Addr().String()).Str("url", scheme+"://"+ln.Addr().String()).
 		Str("redis", cfg.String()).Str("redis_from", o.redis.Source().String()).Int("tokens", tokens.Len()).Msg("api started")
+	if o.ui {
+		log.Info().Str("url", scheme+"://"+ln.Addr().String()+"/ui/").Msg("approval console")
+	}
 wait:
 	for {
 		select {

@@ -148,6 +148,12 @@ func TestServeAndShutdown(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("healthz: %d", res.StatusCode)
 	}
+	// The console is on by default, and its address logged.
+	if res, err := c.Get(url + "/ui/"); err != nil || res.StatusCode != 200 || res.Header.Get("Content-Security-Policy") == "" {
+		t.Fatalf("GET /ui/: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
 	req, _ := http.NewRequest("POST", url+"/v1/runs", strings.NewReader(`{"version": 1, "queue": "`+q+`", "steps": [{"run": ["true"]}]}`))
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
@@ -193,13 +199,29 @@ func TestServeAndShutdown(t *testing.T) {
 	if d := time.Since(begin); d > 5*time.Second {
 		t.Errorf("shutdown took %s", d)
 	}
-	for _, want := range []string{`"message":"api stopping"`, `"message":"api stopped"`, `"path":"/v1/runs","status":201`, `"token":"a"`} {
+	for _, want := range []string{`"message":"approval console"`, `/ui/"`, `"message":"api stopping"`, `"message":"api stopped"`, `"path":"/v1/runs","status":201`, `"token":"a"`} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("logs lack %s:\n%s", want, logs.String())
 		}
 	}
 	if strings.Contains(logs.String(), token) {
 		t.Errorf("logs hold the token")
+	}
+}
+
+// TestNoUI: -ui=false serves no console.
+func TestNoUI(t *testing.T) {
+	url, stop, logs := start(t, "-addr", "127.0.0.1:0", "-ui=false", "-redis", redistest.URL(t), "-tokens", tokenFile(t, "a approvals:read "+token+"\n"))
+	res, err := http.Get(url + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 404 {
+		t.Errorf("-ui=false: GET /ui/ %d, want 404", res.StatusCode)
+	}
+	if code := stop(); code != 0 || strings.Contains(logs.String(), "approval console") {
+		t.Errorf("exit %d; logs:\n%s", code, logs.String())
 	}
 }
 

@@ -134,43 +134,38 @@ func (h *Handler) approvalHistory(w http.ResponseWriter, r *http.Request) {
 // approvalArtifact serves GET /v1/approvals/{id}/artifacts/{name...}: the
 // staged bytes of one artifact, as an attachment.
 func (h *Handler) approvalArtifact(w http.ResponseWriter, r *http.Request) {
+	a, art, ok := h.findArtifact(w, r)
+	if !ok {
+		return
+	}
+	b, err := h.store.Data(r.Context(), a.ID, art.Name)
+	if err != nil {
+		h.approvalError(w, r, err)
+		return
+	}
+	writeArtifact(w, r, art, "application/octet-stream", b)
+}
+
+// findArtifact reads the approval and the artifact r's path names, which
+// r's token must be allowed to see; it answers the errors itself.
+func (h *Handler) findArtifact(w http.ResponseWriter, r *http.Request) (*approve.Approval, *record.Artifact, bool) {
 	id, name := r.PathValue("id"), r.PathValue("name")
 	a, err := h.store.Get(r.Context(), id)
 	if err != nil {
 		h.approvalError(w, r, err)
-		return
+		return nil, nil, false
 	}
 	if !h.allowApproval(w, r, a) {
-		return
+		return nil, nil, false
 	}
-	var art *record.Artifact
 	for i := range a.Artifacts {
 		if a.Artifacts[i].Name == name {
-			art = &a.Artifacts[i]
+			return a, &a.Artifacts[i], true
 		}
 	}
-	if art == nil {
-		h.fail(w, r, &Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Field: "name",
-			Detail: fmt.Sprintf("approval %s has no artifact %q", id, name)})
-		return
-	}
-	b, err := h.store.Data(r.Context(), id, name)
-	if err != nil {
-		h.approvalError(w, r, err)
-		return
-	}
-	hd := w.Header()
-	hd.Set("Content-Type", "application/octet-stream")
-	hd.Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", strings.ReplaceAll(lastElem(name), `"`, "_")))
-	hd.Set("X-Content-Type-Options", "nosniff")
-	hd.Set("X-Airlock-Content-Type", art.ContentType)
-	hd.Set("X-Airlock-Sha256", art.SHA256)
-	hd.Set("Content-Length", strconv.Itoa(len(b)))
-	hd.Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(b)
-	}
+	h.fail(w, r, &Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Field: "name",
+		Detail: fmt.Sprintf("approval %s has no artifact %q", id, name)})
+	return nil, nil, false
 }
 
 func lastElem(p string) string {

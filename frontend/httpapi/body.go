@@ -52,19 +52,27 @@ func (h *Handler) readAll(w http.ResponseWriter, r *http.Request, max int64, fie
 	if n < 0 {
 		n = max // unknown: the cap, which the reader stops at
 	}
-	token := tokenOf(r).Name
-	if why := h.bodies.take(token, n, 0); why != shareOK {
+	// A sign-in's body (console.go) comes with no token yet: it is counted
+	// apart, in a small budget of its own.
+	bodies, token := h.signIns, ""
+	if t := tokenOf(r); t != nil {
+		bodies, token = h.bodies, t.Name
+	}
+	if why := bodies.take(token, n, 0); why != shareOK {
 		w.Header().Set("Retry-After", strconv.Itoa(int(bodyRetryAfter/time.Second)))
 		detail := fmt.Sprintf("the API is reading as many request bodies as it may at once (%s, its -max-body-bytes-in-flight); this one (%d bytes) is not read: retry after %s",
 			limits.Bytes(h.bodies.max), n, bodyRetryAfter)
-		if why == shareToken {
+		switch {
+		case token == "":
+			detail = fmt.Sprintf("the API is reading as many sign-ins as it may at once (%s); this one is not read: retry after %s", limits.Bytes(bodies.max), bodyRetryAfter)
+		case why == shareToken:
 			detail = fmt.Sprintf("token %s has as many request bodies in flight as one token may (%s, half of -max-body-bytes-in-flight, or the largest body); this one (%d bytes) is not read: retry after %s",
 				token, limits.Bytes(h.bodies.share), n, bodyRetryAfter)
 		}
 		h.fail(w, r, &Problem{Type: ProblemOverloaded, Status: http.StatusServiceUnavailable, Detail: detail})
 		return nil, false
 	}
-	defer h.bodies.give(token, n)
+	defer bodies.give(token, n)
 	var b []byte
 	var err error
 	if r.ContentLength >= 0 {
@@ -108,7 +116,10 @@ func closeUnread(w http.ResponseWriter, r *http.Request) {
 // read. It answers 503 itself when the bytes in flight are full (ok
 // false); otherwise it returns send's error.
 func (h *Handler) streamBody(w http.ResponseWriter, r *http.Request, chunk int64, send func(io.Reader) error) (ok bool, err error) {
-	token := tokenOf(r).Name
+	token := "" // a sign-in's (console.go): no token yet
+	if t := tokenOf(r); t != nil {
+		token = t.Name
+	}
 	if why := h.bodies.take(token, chunk, 0); why != shareOK {
 		w.Header().Set("Retry-After", strconv.Itoa(int(bodyRetryAfter/time.Second)))
 		h.fail(w, r, &Problem{Type: ProblemOverloaded, Status: http.StatusServiceUnavailable,

@@ -17,6 +17,10 @@
 // (openapi.json, served at /openapi.json); the spec's JSON Schema
 // (tasks.SpecSchema) is served at /spec.schema.json.
 //
+// With Options.UI, the Handler also serves the approval console (package
+// console's page) at /ui/, whose routes take a session cookie instead of
+// a bearer header (console.go).
+//
 // cmd/api serves it; a Go program may mount Handler in its own server.
 package httpapi
 
@@ -92,6 +96,8 @@ type Options struct {
 	// request is answered 503 with Retry-After. 0 is DefaultMaxWaiters.
 	// Each principal's share is its quota's max_waiters.
 	MaxWaiters int
+	// UI serves the approval console at /ui/ (console.go; api -ui).
+	UI bool
 }
 
 // Handler serves the API. Create it with New; call Close before the
@@ -116,6 +122,13 @@ type Handler struct {
 	waiters    *shares       // long polls, event streams and session calls open (waiters.go)
 	quotas     quotaCache    // max_waiters as read for holdWaiter (waiters.go)
 	calls      sessionCalls  // calls with a body in progress per session (sessioncall.go)
+	ui         bool          // Options.UI
+	// consoleBytes: artifact bytes the console's pages hold at once
+	// (console_approval.go).
+	consoleBytes *shares
+	// signIns: bytes of console sign-ins read at once, before a token is
+	// known (console.go).
+	signIns *shares
 
 	stopCtx context.Context // canceled by Close
 	stop    context.CancelFunc
@@ -168,6 +181,11 @@ func New(rdb redis.UniversalClient, opts Options) (*Handler, error) {
 		live:       live.NewConn(rdb, opts.Prefix),
 		prefix:     opts.Prefix,
 		waiters:    newWaiters(opts.MaxWaiters),
+		ui:         opts.UI,
+		// Half each: a token's page holds an artifact and the version it
+		// is compared with.
+		consoleBytes: newShares(maxConsoleBytes, maxConsoleBytes/2),
+		signIns:      newShares(maxSignIns*maxSignInBody, maxSignIns*maxSignInBody),
 	}
 	h.stopCtx, h.stop = context.WithCancel(context.Background())
 	if opts.Log != nil {
@@ -231,6 +249,10 @@ func (h *Handler) routes() {
 	handle("POST /v1/approvals/{id}/accept", h.auth(ScopeApprovalsWrite, h.accept))
 	handle("POST /v1/approvals/{id}/reject", h.auth(ScopeApprovalsWrite, h.reject))
 
+	if h.ui {
+		h.consoleRoutes(handle) // the page's routes, not the API's (console.go)
+	}
+
 	for _, path := range paths {
 		allow := strings.Join(allow[path], ", ")
 		m.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
@@ -249,6 +271,9 @@ func (h *Handler) routes() {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &responseWriter{ResponseWriter: w, status: http.StatusOK}
+	if h.ui && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")) {
+		consoleHeaders(rw)
+	}
 	r, span := h.startSpan(r)
 	defer func() { endSpan(span, r, rw.status) }()
 	defer func() {
@@ -346,20 +371,26 @@ func (h *Handler) auth(scope Scope, next http.HandlerFunc) http.HandlerFunc {
 				Detail: "unknown bearer token"})
 			return
 		}
-		if rw, ok := w.(*responseWriter); ok {
-			rw.token = t
-		}
-		if !t.Grants(scope) {
-			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="airlock", error="insufficient_scope", scope="%s"`, scope))
-			detail := fmt.Sprintf("token %s does not hold the scope %s", t.Name, scope)
-			if scope == ScopeRunsRead {
-				detail += " (nor " + string(ScopeRunsReadAny) + ")"
-			}
-			h.fail(w, r, &Problem{Type: ProblemForbidden, Status: http.StatusForbidden, RequiredScope: scope, Detail: detail})
-			return
-		}
-		next(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
+		h.authorized(w, r, t, scope, next)
 	}
+}
+
+// authorized calls next with token t, which authenticated r, or answers
+// 403 when t lacks scope.
+func (h *Handler) authorized(w http.ResponseWriter, r *http.Request, t *Token, scope Scope, next http.HandlerFunc) {
+	if rw, ok := w.(*responseWriter); ok {
+		rw.token = t
+	}
+	if !t.Grants(scope) {
+		w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="airlock", error="insufficient_scope", scope="%s"`, scope))
+		detail := fmt.Sprintf("token %s does not hold the scope %s", t.Name, scope)
+		if scope == ScopeRunsRead {
+			detail += " (nor " + string(ScopeRunsReadAny) + ")"
+		}
+		h.fail(w, r, &Problem{Type: ProblemForbidden, Status: http.StatusForbidden, RequiredScope: scope, Detail: detail})
+		return
+	}
+	next(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
 }
 
 // fail writes p, and keeps its detail for the log line.

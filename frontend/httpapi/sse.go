@@ -87,38 +87,10 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	hd := w.Header()
-	hd.Set("Content-Type", "text/event-stream")
-	hd.Set("Cache-Control", "no-store")
-	hd.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-
+	ev := startEvents(w)
+	send := ev.send
 	last := rec.State
 	approvalID := rec.ApprovalID
-	var werr error
-	var mu sync.Mutex // send is called from the output's goroutine too
-	send := func(name, id string, data any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if werr != nil {
-			return
-		}
-		b, err := json.Marshal(data)
-		if err != nil {
-			werr = err
-			return
-		}
-		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		msg := ""
-		if id != "" {
-			msg = "id: " + id + "\n"
-		}
-		msg += "event: " + name + "\ndata: " + string(b) + "\n\n"
-		if _, werr = fmt.Fprint(w, msg); werr == nil {
-			werr = rc.Flush()
-		}
-	}
 	send("state", "", snapshot(rec))
 	end := func(reason string) {
 		send("end", "", StreamEnd{State: last, Reason: reason})
@@ -144,16 +116,11 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 			last = cur.State
 			send("state", "", snapshot(cur))
 		}
-		mu.Lock()
-		if time.Now().After(nextPing) && werr == nil {
-			_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			if _, werr = fmt.Fprint(w, ": keep-alive\n\n"); werr == nil {
-				werr = rc.Flush()
-			}
+		if time.Now().After(nextPing) {
+			ev.comment("keep-alive")
 			nextPing = time.Now().Add(h.keepAlive)
 		}
-		mu.Unlock()
-		return record.Final(last) || werr != nil, nil
+		return record.Final(last) || ev.failed(), nil
 	}
 	err = h.events.Follow(ctx, from, time.Second, reread, func(e events.Event) (bool, error) {
 		if e.TaskID != taskID && (approvalID == "" || e.ApprovalID != approvalID) {
@@ -165,17 +132,17 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 		if e.Step != "" {
 			// A session's step that ended: no change of state.
 			send("step", e.ID, e)
-			return werr != nil, nil
+			return ev.failed(), nil
 		}
 		if rank(e.State) > rank(last) {
 			last = e.State
 			send("state", e.ID, e)
 		}
-		return record.Final(last) || werr != nil, nil
+		return record.Final(last) || ev.failed(), nil
 	})
 	stopOutput() // what the steps printed comes before the end
 	switch {
-	case werr != nil || r.Context().Err() != nil:
+	case ev.failed() || r.Context().Err() != nil:
 		// The client went away: nothing more to say.
 	case err == nil:
 		end("final")
@@ -195,4 +162,59 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 // nothing and seeing nothing twice; otherwise the output starts now.
 func (h *Handler) followOutput(ctx context.Context, r *http.Request, taskID string, send func(live.Output)) (stop func()) {
 	return h.live.Follow(ctx, taskID, r.Header.Get("Last-Event-ID"), send)
+}
+
+// eventWriter writes Server-Sent Events to a response, each flushed under
+// a write deadline; after a write fails it writes nothing more. It may be
+// used from several goroutines.
+type eventWriter struct {
+	mu  sync.Mutex
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	err error
+}
+
+// startEvents answers 200 with an event stream's headers.
+func startEvents(w http.ResponseWriter) *eventWriter {
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	return &eventWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+// send writes event name with id (none when "") and data as JSON.
+func (e *eventWriter) send(name, id string, data any) {
+	b, err := json.Marshal(data)
+	msg := ""
+	if id != "" {
+		msg = "id: " + id + "\n"
+	}
+	e.write(msg+"event: "+name+"\ndata: "+string(b)+"\n\n", err)
+}
+
+// comment writes a comment line (a keep-alive).
+func (e *eventWriter) comment(text string) { e.write(": "+text+"\n\n", nil) }
+
+func (e *eventWriter) write(msg string, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil {
+		return
+	}
+	if e.err = err; err != nil {
+		return
+	}
+	_ = e.rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	if _, e.err = fmt.Fprint(e.w, msg); e.err == nil {
+		e.err = e.rc.Flush()
+	}
+}
+
+// failed reports whether a write failed: the client went away.
+func (e *eventWriter) failed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err != nil
 }
