@@ -87,6 +87,9 @@ func (c *Client) CancelAs(ctx context.Context, by, queue, taskID string) (*recor
 		if err != nil {
 			return nil, fmt.Errorf("airlock: task %s in queue %q: %w", taskID, queue, err)
 		}
+		if rec, ok := c.endedBeforeCancel(info); ok {
+			return rec, &FinalError{Record: rec}
+		}
 		switch {
 		case cancelrun.Waiting(info.State.String()):
 			rec, done, err := c.cancelWaiting(ctx, by, info)
@@ -197,8 +200,15 @@ func (c *Client) cancelRunning(ctx context.Context, by, queue, taskID string) (*
 		// it was meant for is still active, again. (The worker reads the
 		// mark itself only on a retried attempt, so that a first attempt,
 		// the per-task path, costs no read.)
-		if info, err := c.insp.GetTaskInfo(queue, taskID); err == nil && info.State == asynq.TaskStateActive && info.Retried == retried {
+		info, err := c.insp.GetTaskInfo(queue, taskID)
+		if err != nil {
+			continue
+		}
+		if info.State == asynq.TaskStateActive && info.Retried == retried {
 			_ = c.insp.CancelProcessing(taskID)
+		}
+		if rec, ok := c.endedBeforeCancel(info); ok {
+			return rec, &FinalError{Record: rec}
 		}
 	}
 	// A task that may not be retried (a session's) is archived by asynq
@@ -220,8 +230,42 @@ func (c *Client) cancelRunning(ctx context.Context, by, queue, taskID string) (*
 	case rec.State == record.StateCanceled:
 		return rec, nil
 	}
-	// It ended by itself before the cancel reached it.
+	// It ended by itself before the cancel reached it (and, should asynq
+	// have put it back for a retry all the same, it is archived).
+	if info, err := c.insp.GetTaskInfo(queue, taskID); err == nil {
+		if ended, ok := c.endedBeforeCancel(info); ok {
+			rec = ended
+		}
+	}
 	return rec, &FinalError{Record: rec}
+}
+
+// endedBeforeCancel reports whether the run of a task asynq put back for
+// a retry had ended by itself as the cancel reached it, and returns its
+// record then. asynq's processor, seeing the handler's end and the
+// cancel at once, may take either (its select picks at random): it then
+// retries a task whose worker stored the record of a run that is over
+// (parked, completed, failed by its own steps). That task is archived
+// here, with its record, so that it never runs again (a retry would find
+// the cancel mark and cancel a run whose output is parked already).
+func (c *Client) endedBeforeCancel(info *asynq.TaskInfo) (*record.Run, bool) {
+	if info.State != asynq.TaskStateRetry || len(info.Result) == 0 {
+		return nil, false
+	}
+	rec, err := decodeRecord(info)
+	if err != nil || rec.Attempt != info.Retried || rec.Worker == "" {
+		return nil, false // not the record of the attempt that just ended
+	}
+	switch {
+	case rec.State == record.StateCanceled:
+		return nil, false // the worker's own: it archives the task
+	case rec.State == record.StateFailed && rec.Verdict == record.VerdictError:
+		return nil, false // the worker failed: a retry is due
+	}
+	if err := c.insp.ArchiveTask(info.Queue, info.ID); err != nil {
+		return nil, false // taken again, or archived meanwhile: look again
+	}
+	return rec, true
 }
 
 // canceledRecord is the record of a waiting task canceled with error msg.

@@ -170,3 +170,64 @@ func TestCancelRunning(t *testing.T) {
 		t.Errorf("Cancel took %s", d)
 	}
 }
+
+// TestCancelEndedAsRetried: asynq's processor, seeing a handler's end and
+// a cancel at once, may put back for a retry a task whose run ended by
+// itself (here: parked, its record stored, then a failure). Cancel then
+// archives the task with that record, so that it never runs again (its
+// retry would cancel a run whose output is parked), and says the run was
+// over; a second Cancel says so too.
+func TestCancelEndedAsRetried(t *testing.T) {
+	t.Parallel()
+	prefix, q := approvetest.Prefix(t)
+	c := newClient(t, airlock.ClientOptions{Prefix: prefix})
+	ctx := context.Background()
+	rdb := redistest.Client(t)
+	ran := make(chan struct{}, 10)
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Queues: map[string]int{q: 1}, Concurrency: 1, TaskCheckInterval: 10 * time.Millisecond,
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour },
+		LogLevel:       asynq.FatalLevel,
+	})
+	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		n, _ := asynq.GetRetryCount(ctx)
+		rec := record.Run{TaskID: task.ResultWriter().TaskID(), Queue: q, State: record.StateParked, Verdict: record.VerdictOK,
+			Attempt: n + 1, MaxRetry: 3, Worker: "fake", ApprovalID: "ap-ended", Steps: []record.Step{}}
+		b, _ := json.Marshal(rec)
+		if _, err := task.ResultWriter().Write(b); err != nil {
+			return err
+		}
+		ran <- struct{}{}
+		return errors.New("the cancel won asynq's select")
+	})); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	enq, err := c.Enqueue(ctx, newSpec(q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ran
+	insp := inspector(t)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		info, err := insp.GetTaskInfo(q, enq.TaskID)
+		if err == nil && info.State == asynq.TaskStateRetry {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task did not reach retry: %+v, %v", info, err)
+		}
+	}
+	for range 2 {
+		rec, err := c.Cancel(ctx, q, enq.TaskID)
+		if !errors.Is(err, airlock.ErrFinal) || rec == nil || rec.State != record.StateParked || rec.ApprovalID != "ap-ended" {
+			t.Fatalf("Cancel of a run that had parked: %+v, %v; want its parked record and ErrFinal", rec, err)
+		}
+	}
+	if info, err := insp.GetTaskInfo(q, enq.TaskID); err != nil || info.State != asynq.TaskStateArchived {
+		t.Errorf("task after the cancel: %+v, %v; want archived, never run again", info, err)
+	}
+	if rec, err := c.Status(ctx, q, enq.TaskID); err != nil || rec.State != record.StateParked {
+		t.Errorf("Status after the cancel: %+v, %v; want parked", rec, err)
+	}
+}

@@ -27,6 +27,10 @@ const (
 	maxConsoleBytes = 128 << 20
 )
 
+// errTooLarge: an artifact larger than maxPreviewBytes, which the console
+// does not read (a download only).
+var errTooLarge = errors.New("more than the console reads")
+
 // errBusy: the artifact bytes the console's pages hold at once are at
 // their bound (maxConsoleBytes), or the token's share.
 var errBusy = errors.New("the API holds as many artifact bytes for the console's pages as it may at once: reload shortly")
@@ -118,7 +122,7 @@ func (h *Handler) consoleApproval(w http.ResponseWriter, r *http.Request) {
 // The caller holds art.Bytes of the console's bytes (holdBytes).
 func (h *Handler) artifactBytes(ctx context.Context, a *approve.Approval, art record.Artifact) ([]byte, error) {
 	if art.Bytes > maxPreviewBytes {
-		return nil, fmt.Errorf("%d bytes: more than the console reads (%d)", art.Bytes, maxPreviewBytes)
+		return nil, fmt.Errorf("%d bytes: %w (%d)", art.Bytes, errTooLarge, maxPreviewBytes)
 	}
 	b, err := h.store.Data(ctx, a.ID, art.Name)
 	if errors.Is(err, approve.ErrNotFound) && !a.PromotedAt.IsZero() {
@@ -162,7 +166,7 @@ func readError(err error) string {
 	switch {
 	case errors.Is(err, approve.ErrNotFound):
 		return "its bytes are no longer kept"
-	case errors.Is(err, errBusy) || strings.Contains(err.Error(), "more than the console reads"):
+	case errors.Is(err, errBusy) || errors.Is(err, errTooLarge):
 		return err.Error()
 	}
 	return "its bytes could not be read (the API's store: api -store)"

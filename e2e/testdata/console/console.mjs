@@ -123,13 +123,17 @@ async function shot(page, name, opts) {
   await page.screenshot({path: path.join(SHOTS, name), ...opts});
 }
 
-// scrollWidth of the page at 360 px wide.
+// scrollWidth of the page at a phone's 360 px, and at 640 px (a
+// 1280 px window at 200% zoom).
 async function phoneWidth(page) {
-  await page.setViewportSize({width: 360, height: 740});
-  await page.waitForTimeout(100);
-  const w = await page.evaluate(() => document.documentElement.scrollWidth);
+  const widths = [];
+  for (const width of [360, 640]) {
+    await page.setViewportSize({width, height: 740});
+    await page.waitForTimeout(100);
+    widths.push(await page.evaluate(() => document.documentElement.scrollWidth));
+  }
   await page.setViewportSize({width: 1280, height: 800});
-  return w;
+  return widths;
 }
 
 // A small PNG (red square), written by the hostile run as an artifact.
@@ -322,8 +326,10 @@ async function mainPhase(browser) {
   await A.page.goto(BASE + '/ui/');
   await A.page.locator('table.inbox a').first().waitFor();
   out.width_inbox = await phoneWidth(A.page);
-  check(out.width_inbox <= 364, `the inbox at 360 px is ${out.width_inbox} px wide`);
-  check(out.width_approval <= 364, `run 2's page at 360 px is ${out.width_approval} px wide`);
+  for (const [what, w] of [['the inbox', out.width_inbox], ["run 2's page", out.width_approval]]) {
+    check(w[0] <= 364, `${what} at 360 px is ${w[0]} px wide`);
+    check(w[1] <= 644, `${what} at 640 px (200% zoom) is ${w[1]} px wide`);
+  }
 
   step('the hostile run\'s page');
   out.hostile_page = await hostilePage(browser, hostileAp);
