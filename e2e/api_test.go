@@ -371,14 +371,7 @@ func TestAPIClientsCSVReport(t *testing.T) {
 	// The clients run the csv-report action by name: the worker's catalog
 	// holds it, pointed at this partner; its policy parks (the clients
 	// accept as approvers) and grants the token to the action alone.
-	def, err := csvreport.Definition(partner.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	actionsDir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(actionsDir, csvreport.Name+".yaml"), def, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	actionsDir := csvReportCatalog(t, partner.URL)
 	b := setupWithPolicy(t, `{"secrets": {"PARTNER_TOKEN": {"actions": ["csv-report"], "hosts": ["127.0.0.1"]}}}`, "-actions", actionsDir,
 		"-store", t.TempDir(), "-fetch-allow", "127.0.0.1", "-secrets-dir", secretsDir(t, "PARTNER_TOKEN", partnerToken))
 	apiURL, err := url.Parse(startAPI(t, b))
@@ -443,4 +436,19 @@ func runExample(t *testing.T, b *bundle, prog, script string, env ...string) (st
 		t.Fatalf("%s %s: %v\nstdout: %s\nstderr: %s\nworker logs:\n%s", prog, script, err, stdout.String(), stderr.String(), b.worker.logs.String())
 	}
 	return stdout, stderr
+}
+
+// csvReportCatalog returns a worker's -actions directory that holds the
+// csv-report action, fetching its export from partner.
+func csvReportCatalog(t *testing.T, partner string) string {
+	t.Helper()
+	def, err := csvreport.Definition(partner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, csvreport.Name+".yaml"), def, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

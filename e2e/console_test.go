@@ -92,14 +92,7 @@ func TestConsole(t *testing.T) {
 		(&csvreport.Partner{Token: partnerToken, Rows: int(rows.Load())}).ServeHTTP(w, r)
 	}))
 	t.Cleanup(partner.Close)
-	def, err := csvreport.Definition(partner.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	actionsDir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(actionsDir, csvreport.Name+".yaml"), def, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	actionsDir := csvReportCatalog(t, partner.URL)
 	// Every csv-report run is parked by a rule on its result (the page
 	// marks the value it looked at); anything else by the default.
 	pol := writePolicy(t, `{"default": "park",

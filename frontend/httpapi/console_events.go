@@ -38,12 +38,11 @@ func (h *Handler) consoleEvents(w http.ResponseWriter, r *http.Request) {
 		h.internal(w, r, fmt.Errorf("events: %w", err))
 		return
 	}
-	release, ok := h.holdWaiter(w, r, queue)
+	ev, release, ok := h.startStream(w, r, queue)
 	if !ok {
 		return
 	}
 	defer release()
-	ev := startEvents(w)
 	ev.comment("console events")
 	nextPing := time.Now().Add(h.keepAlive)
 	tick := func() (bool, error) {

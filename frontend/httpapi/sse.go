@@ -82,12 +82,11 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	release, ok := h.holdWaiter(w, r, queue)
+	ev, release, ok := h.startStream(w, r, queue)
 	if !ok {
 		return
 	}
 	defer release()
-	ev := startEvents(w)
 	send := ev.send
 	last := rec.State
 	approvalID := rec.ApprovalID
@@ -172,6 +171,17 @@ type eventWriter struct {
 	w   http.ResponseWriter
 	rc  *http.ResponseController
 	err error
+}
+
+// startStream holds one of r's token's waiters on queue (holdWaiter) and
+// answers 200 with an event stream's headers; it answers the refusal
+// itself and returns false then. The caller defers release.
+func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, queue string) (ev *eventWriter, release func(), ok bool) {
+	release, ok = h.holdWaiter(w, r, queue)
+	if !ok {
+		return nil, nil, false
+	}
+	return startEvents(w), release, true
 }
 
 // startEvents answers 200 with an event stream's headers.
