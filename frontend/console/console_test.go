@@ -31,6 +31,7 @@ func TestPreviewKinds(t *testing.T) {
 		{"out/x.tsv", "", []byte("a\tb\n1\t2\n"), KindTable, false},
 		{"out/r.json", "application/json", []byte(`{"a": [1, 2]}`), KindJSON, false},
 		{"out/bad.json", "application/json", []byte(`{"a": `), KindText, false},
+		{"out/deep.json", "application/json", []byte(strings.Repeat("[", MaxTreeDepth+1) + strings.Repeat("]", MaxTreeDepth+1)), KindText, true},
 		{"notes.txt", "text/plain", []byte("hello\n"), KindText, false},
 		{"evil.html", "text/html", []byte("<script>alert(1)</script>"), KindText, true},
 		{"evil.svg", "image/svg+xml", []byte(svg), KindText, true},

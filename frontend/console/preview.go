@@ -116,7 +116,11 @@ func NewPreview(name, ct string, b []byte) Preview {
 	p.Kind = KindText
 	switch {
 	case strings.HasSuffix(lower, ".json") || strings.HasPrefix(strings.ToLower(ct), "application/json"):
-		if json.Valid(b) && len(b) <= MaxText {
+		switch {
+		case !json.Valid(b) || len(b) > MaxText:
+		case Depth(b) > MaxTreeDepth:
+			p.Note = "nested too deep to show as a tree: shown as text"
+		default:
 			p.Kind = KindJSON
 		}
 	case strings.HasSuffix(lower, ".svg") || strings.HasSuffix(lower, ".html") || strings.HasSuffix(lower, ".htm"):
