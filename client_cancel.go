@@ -245,22 +245,13 @@ func (c *Client) cancelRunning(ctx context.Context, by, queue, taskID string) (*
 // record then. asynq's processor, seeing the handler's end and the
 // cancel at once, may take either (its select picks at random): it then
 // retries a task whose worker stored the record of a run that is over
-// (parked, completed, failed by its own steps). That task is archived
+// (parked, completed). That task is archived
 // here, with its record, so that it never runs again (a retry would find
 // the cancel mark and cancel a run whose output is parked already).
 func (c *Client) endedBeforeCancel(info *asynq.TaskInfo) (*record.Run, bool) {
-	if info.State != asynq.TaskStateRetry || len(info.Result) == 0 {
-		return nil, false
-	}
-	rec, err := decodeRecord(info)
-	if err != nil || rec.Attempt != info.Retried || rec.Worker == "" {
-		return nil, false // not the record of the attempt that just ended
-	}
-	switch {
-	case rec.State == record.StateCanceled:
-		return nil, false // the worker's own: it archives the task
-	case rec.State == record.StateFailed && rec.Verdict == record.VerdictError:
-		return nil, false // the worker failed: a retry is due
+	rec, ok := endedRecord(info)
+	if !ok || rec.State == record.StateCanceled {
+		return nil, false // a canceled run's task is archived by its worker
 	}
 	if err := c.insp.ArchiveTask(info.Queue, info.ID); err != nil {
 		return nil, false // taken again, or archived meanwhile: look again

@@ -179,6 +179,18 @@ func TestCancelRunning(t *testing.T) {
 // over; a second Cancel says so too.
 func TestCancelEndedAsRetried(t *testing.T) {
 	t.Parallel()
+	for _, state := range []record.State{record.StateParked, record.StateCanceled} {
+		t.Run(string(state), func(t *testing.T) {
+			t.Parallel()
+			endedAsRetried(t, state)
+		})
+	}
+}
+
+// endedAsRetried: Status and Wait give the record of a run that ended in
+// state although asynq put its task back for a retry; Cancel archives the
+// task of a parked one (its worker archives a canceled one's).
+func endedAsRetried(t *testing.T, state record.State) {
 	prefix, q := approvetest.Prefix(t)
 	c := newClient(t, airlock.ClientOptions{Prefix: prefix})
 	ctx := context.Background()
@@ -191,7 +203,7 @@ func TestCancelEndedAsRetried(t *testing.T) {
 	})
 	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		n, _ := asynq.GetRetryCount(ctx)
-		rec := record.Run{TaskID: task.ResultWriter().TaskID(), Queue: q, State: record.StateParked, Verdict: record.VerdictOK,
+		rec := record.Run{TaskID: task.ResultWriter().TaskID(), Queue: q, State: state, Verdict: record.VerdictOK,
 			Attempt: n + 1, MaxRetry: 3, Worker: "fake", ApprovalID: "ap-ended", Steps: []record.Step{}}
 		b, _ := json.Marshal(rec)
 		if _, err := task.ResultWriter().Write(b); err != nil {
@@ -217,6 +229,17 @@ func TestCancelEndedAsRetried(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the task did not reach retry: %+v, %v", info, err)
 		}
+	}
+	if rec, err := c.Status(ctx, q, enq.TaskID); err != nil || rec.State != state {
+		t.Errorf("Status of the run that ended %s: %+v, %v", state, rec, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if rec, err := c.Wait(wctx, q, enq.TaskID); err != nil || rec.State != state {
+		t.Errorf("Wait of the run that ended %s: %+v, %v", state, rec, err)
+	}
+	if state == record.StateCanceled {
+		return
 	}
 	for range 2 {
 		rec, err := c.Cancel(ctx, q, enq.TaskID)

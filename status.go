@@ -57,7 +57,8 @@ func (c *Client) Status(ctx context.Context, queue, taskID string) (*record.Run,
 func (c *Client) status(ctx context.Context, queue, taskID string) (*record.Run, bool, error) {
 	info, err := c.taskInfo(ctx, queue, taskID)
 	if err == nil {
-		done := info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived
+		_, ended := endedRecord(info)
+		done := info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived || ended
 		rec, err := c.statusOf(ctx, info)
 		return rec, done, err
 	}
@@ -72,8 +73,9 @@ func (c *Client) status(ctx context.Context, queue, taskID string) (*record.Run,
 func (c *Client) statusOf(ctx context.Context, info *asynq.TaskInfo) (*record.Run, error) {
 	var err error
 	var rec *record.Run
+	_, ended := endedRecord(info)
 	switch {
-	case info.State == asynq.TaskStateCompleted,
+	case info.State == asynq.TaskStateCompleted, ended,
 		info.State == asynq.TaskStateArchived && len(info.Result) > 0,
 		// The worker stores the record just before asynq marks the
 		// task completed.
@@ -112,6 +114,35 @@ func (c *Client) statusOf(ctx context.Context, info *asynq.TaskInfo) (*record.Ru
 		}
 	}
 	return rec, nil
+}
+
+// endedRecord returns the record of the attempt that just ended, when
+// asynq put its task back for a retry although its run had ended by
+// itself (parked, completed, canceled...): a cancel that reached asynq
+// as the run ended, which asynq's processor may take for the handler's
+// failure (its select picks at random). The run is over: its worker
+// archives a canceled run's task, Cancel a parked one's
+// (endedBeforeCancel). A record of an earlier attempt, or a failed one
+// (a worker's failure, or a failure that may pass, such as a download's:
+// a run that failed by its own steps is archived, never retried), is no
+// such end: the retry is due.
+func endedRecord(info *asynq.TaskInfo) (*record.Run, bool) {
+	if info.State != asynq.TaskStateRetry || len(info.Result) == 0 {
+		return nil, false
+	}
+	rec, err := decodeRecord(info)
+	if err != nil || rec.Attempt != info.Retried || rec.Worker == "" || rec.State == record.StateFailed {
+		return nil, false
+	}
+	return rec, true
+}
+
+// endedRecordOf is endedRecord of a task info read with error err.
+func endedRecordOf(info *asynq.TaskInfo, err error) (*record.Run, bool) {
+	if err != nil {
+		return nil, false
+	}
+	return endedRecord(info)
 }
 
 // withApproval applies the fate of rec's approval (applyApproval), when
