@@ -137,6 +137,18 @@ func endedRecord(info *asynq.TaskInfo) (*record.Run, bool) {
 	return rec, true
 }
 
+// mayHaveEnded reports whether a task's result is a record that may say
+// its run ended (endedRecord), from what a peek reads (no attempt count):
+// a record of a worker's, not failed. A retry after a failure that may
+// pass (a download's) is waited for without the Inspector's read.
+func mayHaveEnded(info *asynq.TaskInfo) bool {
+	if len(info.Result) == 0 {
+		return false
+	}
+	rec, err := decodeRecord(info)
+	return err == nil && rec.Worker != "" && rec.State != record.StateFailed
+}
+
 // endedRecordOf is endedRecord of a task info read with error err.
 func endedRecordOf(info *asynq.TaskInfo, err error) (*record.Run, bool) {
 	if err != nil {

@@ -132,10 +132,10 @@ func (c *Client) waitFrom(ctx context.Context, queue, taskID, from string, looke
 		case info.State == asynq.TaskStateArchived:
 			rec = archivedRecord(info)
 			return true, nil
-		case info.State == asynq.TaskStateRetry && len(info.Result) > 0:
-			// A record while asynq retries: maybe a run that ended as a
-			// cancel reached it (endedRecord), which the attempt count
-			// tells (the Inspector: a rare state).
+		case info.State == asynq.TaskStateRetry && mayHaveEnded(info):
+			// A record of a run that ended, while asynq retries: maybe
+			// one that ended as a cancel reached it (endedRecord), which
+			// the attempt count tells (the Inspector: a rare state).
 			full, err := c.insp.GetTaskInfo(queue, taskID)
 			if r, ended := endedRecordOf(full, err); ended {
 				rec = r

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/approve"
@@ -48,12 +49,7 @@ func TestScaleOutRedisOps(t *testing.T) {
 	})
 	mon := startCmdCounter(t, rs.port)
 	f.startAll(30 * time.Second)
-	rdb, _, err := redisconn.Open(rs.url(0) + "?client_name=fleet-client")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
-	c := airlock.NewClient(rdb, airlock.ClientOptions{Prefix: prefix, Retention: time.Hour})
+	rdb, c := fleetClient(t, rs.url(0), prefix)
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	ac := asynq.NewClientFromRedisClient(rdb)
 	st := approve.NewStore(rdb, approve.Options{Prefix: prefix})
@@ -418,4 +414,17 @@ func redisVersion(t *testing.T, port int) string {
 		}
 	}
 	return "Redis ?"
+}
+
+// fleetClient opens the test's own Redis client on url, named
+// fleet-client (the commands counted apart from the workers'), and a Go
+// client of prefix over it; both close when t ends.
+func fleetClient(t *testing.T, url, prefix string) (redis.UniversalClient, *airlock.Client) {
+	t.Helper()
+	rdb, _, err := redisconn.Open(url + "?client_name=fleet-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return rdb, airlock.NewClient(rdb, airlock.ClientOptions{Prefix: prefix, Retention: time.Hour})
 }

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/redis/redisconn"
 	"github.com/airlock-run/airlock/record"
 )
 
@@ -50,12 +48,7 @@ func TestRedisCommandsPerRun(t *testing.T) {
 	})
 	mon := startCmdCounter(t, rs.port)
 	f.startAll(30 * time.Second)
-	rdb, _, err := redisconn.Open(rs.url(0) + "?client_name=fleet-client")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
-	c := airlock.NewClient(rdb, airlock.ClientOptions{Prefix: prefix, Retention: time.Hour})
+	_, c := fleetClient(t, rs.url(0), prefix)
 	ctx := waitCtx(t, 3*time.Minute)
 	specs := map[string]string{
 		"trivial":  `{"version": 1, "steps": [{"name": "t", "run": ["true"]}]}`,

@@ -147,8 +147,10 @@ func textual(b []byte) bool {
 	return true
 }
 
-// cut bounds s to max bytes, on a rune's start; it reports whether it cut.
-func cut(s string, max int) (string, bool) {
+// Clip bounds s to max bytes, on a rune's start, into a string of its
+// own (what it keeps does not keep the rest of s in memory); it reports
+// whether it cut.
+func Clip(s string, max int) (string, bool) {
 	if len(s) <= max {
 		return s, false
 	}
@@ -156,15 +158,7 @@ func cut(s string, max int) (string, bool) {
 	for i > 0 && !utf8.RuneStart(s[i]) {
 		i--
 	}
-	return s[:i], true
-}
-
-// Clip bounds s to max bytes, on a rune's start, into a string of its
-// own (what it keeps does not keep the rest of s in memory); it reports
-// whether it cut.
-func Clip(s string, max int) (string, bool) {
-	c, cutS := cut(s, max)
-	return strings.Clone(c), cutS
+	return strings.Clone(s[:i]), true
 }
 
 // Table is a CSV or TSV file as the console reads it.

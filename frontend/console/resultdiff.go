@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -122,17 +123,22 @@ func leaves(doc []byte) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
 	var stack []frame
-	var bound error
+	var bounds []string // the bounds met, each once
+	met := func(format string, n int) {
+		if msg := fmt.Sprintf(format, n); !slices.Contains(bounds, msg) {
+			bounds = append(bounds, msg)
+		}
+	}
 	// leaf records raw at the current position.
 	leaf := func(raw json.RawMessage) {
 		switch {
 		case len(stack) > MaxDepth:
-			bound = errors.Join(bound, errOnce(bound, "values deeper than %d levels", MaxDepth))
+			met("values deeper than %d levels", MaxDepth)
 		case len(out) >= MaxLeaves:
-			bound = errors.Join(bound, errOnce(bound, "more than %d values", MaxLeaves))
+			met("more than %d values", MaxLeaves)
 		default:
 			if p := pointer(stack); len(p) > MaxPointer {
-				bound = errors.Join(bound, errOnce(bound, "pointers longer than %d bytes", MaxPointer))
+				met("pointers longer than %d bytes", MaxPointer)
 			} else {
 				out[p] = raw
 			}
@@ -186,7 +192,7 @@ func leaves(doc []byte) (map[string]json.RawMessage, error) {
 		default: // string, bool, nil
 			b, _ := json.Marshal(v)
 			if len(b) > maxLeafText {
-				s, _ := cut(string(b), maxLeafText)
+				s, _ := Clip(string(b), maxLeafText)
 				b, _ = json.Marshal(s + "…")
 			}
 			leaf(b)
@@ -199,22 +205,16 @@ func leaves(doc []byte) (map[string]json.RawMessage, error) {
 			break
 		}
 	}
-	return out, bound
-}
-
-// errOnce returns an error saying what, unless bound says it already.
-func errOnce(bound error, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	if bound != nil && strings.Contains(bound.Error(), msg) {
-		return nil
+	if len(bounds) > 0 {
+		return out, errors.New(strings.Join(bounds, ", "))
 	}
-	return errors.New(msg)
+	return out, nil
 }
 
 // notJSON is a document that is not one JSON value, as one value: its
 // text, cut.
 func notJSON(doc []byte) (map[string]json.RawMessage, error) {
-	s, cutDoc := cut(string(doc), maxLeafText)
+	s, cutDoc := Clip(string(doc), maxLeafText)
 	b, _ := json.Marshal(s)
 	var err error
 	if cutDoc {
